@@ -1,0 +1,163 @@
+// Autograd kernels: registered at the Autograd key, they record the graph and re-enter the
+// dispatcher below autograd for the computation, so every caller (Python, C++, TorchScript,
+// torch.compile) differentiates the op the same way.
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
+#include <torch/csrc/autograd/VariableTypeUtils.h>
+
+#include <custom_ops/weighted_sum.h>
+
+namespace custom {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The gradients of y = weight * input**2, reduced to each argument's shape, by the fused backward
+// operator. That operator is differentiable itself (below), so create_graph and second order work.
+variable_list weighted_sum_gradients(
+    const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight, std::array<bool, 2> needed) {
+  if (!needed[0] && !needed[1]) {
+    return {at::Tensor(), at::Tensor()};
+  }
+  auto [grad_input, grad_weight] = custom::weighted_sum_backward(grad, input, weight, needed);
+  return {grad_input, grad_weight};
+}
+
+at::Tensor add_defined(const at::Tensor& sum, const at::Tensor& term) {
+  return sum.defined() ? sum + term : term;
+}
+
+// Differentiates (grad_input, grad_weight) = (sum_to(2 w x g), sum_to(x^2 g)) with plain ATen ops,
+// which are differentiable again, so every higher order works too.
+class WeightedSumBackwardFunction : public torch::autograd::Function<WeightedSumBackwardFunction> {
+ public:
+  static variable_list forward(
+      AutogradContext* ctx,
+      const at::Tensor& grad,
+      const at::Tensor& input,
+      const at::Tensor& weight,
+      std::array<bool, 2> output_mask) {
+    ctx->save_for_backward({grad, input, weight});
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto [grad_input, grad_weight] = custom::weighted_sum_backward(grad, input, weight, output_mask);
+    return {grad_input, grad_weight};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& grad = saved[0];
+    const auto& input = saved[1];
+    const auto& weight = saved[2];
+    const auto& grad_grad_input = grad_outputs[0];
+    const auto& grad_grad_weight = grad_outputs[1];
+    at::Tensor d_grad;
+    at::Tensor d_input;
+    at::Tensor d_weight;
+    if (grad_grad_input.defined()) {
+      const auto two_ggi = 2 * grad_grad_input;
+      if (ctx->needs_input_grad(0)) d_grad = two_ggi * weight * input;
+      if (ctx->needs_input_grad(1)) d_input = two_ggi * weight * grad;
+      if (ctx->needs_input_grad(2)) d_weight = two_ggi * input * grad;
+    }
+    if (grad_grad_weight.defined()) {
+      if (ctx->needs_input_grad(0)) d_grad = add_defined(d_grad, grad_grad_weight * input.square());
+      if (ctx->needs_input_grad(1)) d_input = add_defined(d_input, 2 * grad_grad_weight * input * grad);
+    }
+    const auto reduce_to = [](const at::Tensor& g, const at::Tensor& like) {
+      return g.defined() ? at::sum_to(g, like.sym_sizes()).to(like.scalar_type()) : g;
+    };
+    return {reduce_to(d_grad, grad), reduce_to(d_input, input), reduce_to(d_weight, weight), at::Tensor()};
+  }
+};
+
+class WeightedSumFunction : public torch::autograd::Function<WeightedSumFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight) {
+    ctx->save_for_backward({input, weight});  // not the output: the gradients never read it
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return custom::weighted_sum(input, weight);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    return weighted_sum_gradients(
+        grad_outputs[0], saved[0], saved[1], {ctx->needs_input_grad(0), ctx->needs_input_grad(1)});
+  }
+};
+
+// In place: self is overwritten, so the original self is cloned for the backward, but only when
+// a gradient will be needed. mark_dirty gives ATen's errors for leaves and its view handling.
+class WeightedSumInplaceFunction : public torch::autograd::Function<WeightedSumInplaceFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor self, const at::Tensor& weight) {
+    ctx->save_for_backward({self.clone(), weight});
+    {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      custom::weighted_sum_(self, weight);
+    }
+    ctx->mark_dirty({self});
+    return self;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    return weighted_sum_gradients(
+        grad_outputs[0], saved[0], saved[1], {ctx->needs_input_grad(0), ctx->needs_input_grad(1)});
+  }
+};
+
+at::Tensor weighted_sum_autograd(const at::Tensor& input, const at::Tensor& weight) {
+  return WeightedSumFunction::apply(input, weight);
+}
+
+void weighted_sum_inplace_autograd(const at::Tensor& self, const at::Tensor& weight) {
+  const bool records_graph =
+      at::GradMode::is_enabled() && (self.requires_grad() || weight.requires_grad());
+  if (records_graph) {
+    WeightedSumInplaceFunction::apply(self, weight);
+    return;
+  }
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    at::Tensor mutable_self = self;
+    custom::weighted_sum_(mutable_self, weight);
+  }
+  // What ATen's ADInplaceOrView kernel does for its own in-place ops: tensors saved for a
+  // backward before this call must see that they changed.
+  torch::autograd::increment_version(self);
+}
+
+void weighted_sum_out_autograd(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out) {
+  // ATen's rule and message for out= under autograd.
+  TORCH_CHECK(
+      !(at::GradMode::is_enabled() && (input.requires_grad() || weight.requires_grad() || out.requires_grad())),
+      "custom::weighted_sum.out: out=... arguments don't support automatic differentiation, "
+      "but one of the arguments requires grad.");
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    at::Tensor mutable_out = out;
+    custom::weighted_sum_out(mutable_out, input, weight);
+  }
+  torch::autograd::increment_version(out);
+}
+
+std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_autograd(
+    const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight, std::array<bool, 2> output_mask) {
+  auto grads = WeightedSumBackwardFunction::apply(grad, input, weight, output_mask);
+  return {grads[0], grads[1]};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(custom, Autograd, m) {
+  m.impl("weighted_sum", TORCH_FN(weighted_sum_autograd));
+  m.impl("weighted_sum_backward", TORCH_FN(weighted_sum_backward_autograd));
+  m.impl("weighted_sum.out", TORCH_FN(weighted_sum_out_autograd));
+  m.impl("weighted_sum_", TORCH_FN(weighted_sum_inplace_autograd));
+}
+
+}  // namespace custom

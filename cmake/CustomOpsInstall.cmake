@@ -1,0 +1,18 @@
+# cmake --install: lib/libcustom_ops.so, include/custom_ops/*.h and the CMake package
+# lib/cmake/CustomOps (config, version file, exported target CustomOps::custom_ops).
+include(CMakePackageConfigHelpers)
+
+set(_package_dir lib/cmake/CustomOps)
+install(TARGETS custom_ops EXPORT CustomOpsTargets LIBRARY DESTINATION lib)
+install(DIRECTORY ops/include/custom_ops DESTINATION include)
+install(EXPORT CustomOpsTargets NAMESPACE CustomOps:: DESTINATION ${_package_dir})
+
+configure_package_config_file(
+  cmake/CustomOpsConfig.cmake.in "${CMAKE_CURRENT_BINARY_DIR}/CustomOpsConfig.cmake"
+  INSTALL_DESTINATION ${_package_dir})
+write_basic_package_version_file(
+  "${CMAKE_CURRENT_BINARY_DIR}/CustomOpsConfigVersion.cmake" COMPATIBILITY SameMinorVersion)
+install(FILES
+  "${CMAKE_CURRENT_BINARY_DIR}/CustomOpsConfig.cmake"
+  "${CMAKE_CURRENT_BINARY_DIR}/CustomOpsConfigVersion.cmake"
+  DESTINATION ${_package_dir})

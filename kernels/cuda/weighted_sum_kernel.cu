@@ -1,0 +1,88 @@
+// CUDA kernels of the weighted square and its backward. The frontend has checked the arguments
+// and built the TensorIterator; these loops only do the arithmetic. ATen's gpu_kernel supplies
+// what a hand-written launch would have to get right: 16-byte vectorized loads on aligned
+// contiguous operands (with a fallback for misaligned ones such as x[1:]), strided and broadcast
+// indexing, splitting of tensors past 2^31 elements, the current stream and the launch check.
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/native/cuda/Loops.cuh>
+#include <c10/cuda/CUDAGuard.h>
+#include <thrust/tuple.h>
+
+#include "ops/weighted_sum_registration.h"
+
+namespace custom {
+namespace {
+
+// Kernels run on the device of their tensors, not whichever device is current.
+class CudaDeviceGuard {
+ public:
+  explicit CudaDeviceGuard(const at::Tensor& tensor)
+      : guard_(tensor.is_cuda() ? std::make_optional(tensor.device()) : std::nullopt) {}
+
+ private:
+  c10::cuda::OptionalCUDAGuard guard_;
+};
+
+#define DISPATCH_FLOATING(iter, name, ...) \
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, (iter).common_dtype(), name, __VA_ARGS__)
+
+// Half and bfloat16 compute in float (opmath) and round once. The forward keeps the operation
+// order of `w * x.square()`, so float32/float64 results match it bitwise.
+void forward_loop(at::TensorIteratorBase& iter) {
+  DISPATCH_FLOATING(iter, "weighted_sum_cuda", [&] {
+    using opmath_t = at::opmath_type<scalar_t>;
+    at::native::gpu_kernel(iter, [] GPU_LAMBDA(scalar_t x, scalar_t w) -> scalar_t {
+      const opmath_t xf = x;
+      return static_cast<opmath_t>(w) * (xf * xf);
+    });
+  });
+}
+
+void backward_input_loop(at::TensorIteratorBase& iter) {
+  DISPATCH_FLOATING(iter, "weighted_sum_backward_input_cuda", [&] {
+    using opmath_t = at::opmath_type<scalar_t>;
+    at::native::gpu_kernel(iter, [] GPU_LAMBDA(scalar_t grad, scalar_t x, scalar_t w) -> scalar_t {
+      const opmath_t xf = x;
+      return (xf + xf) * static_cast<opmath_t>(w) * static_cast<opmath_t>(grad);
+    });
+  });
+}
+
+void backward_weight_loop(at::TensorIteratorBase& iter) {
+  DISPATCH_FLOATING(iter, "weighted_sum_backward_weight_cuda", [&] {
+    using opmath_t = at::opmath_type<scalar_t>;
+    at::native::gpu_kernel(iter, [] GPU_LAMBDA(scalar_t grad, scalar_t x) -> scalar_t {
+      const opmath_t xf = x;
+      return (xf * xf) * static_cast<opmath_t>(grad);
+    });
+  });
+}
+
+// Both gradients from one read of grad, input and weight.
+void backward_fused_loop(at::TensorIteratorBase& iter) {
+  DISPATCH_FLOATING(iter, "weighted_sum_backward_cuda", [&] {
+    using opmath_t = at::opmath_type<scalar_t>;
+    at::native::gpu_kernel_multiple_outputs(
+        iter, [] GPU_LAMBDA(scalar_t grad, scalar_t x, scalar_t w) -> thrust::tuple<scalar_t, scalar_t> {
+          const opmath_t xf = x;
+          const opmath_t gf = grad;
+          return {(xf + xf) * static_cast<opmath_t>(w) * gf, (xf * xf) * gf};
+        });
+  });
+}
+
+constexpr detail::WeightedSumLoops kCudaLoops{
+    .forward = forward_loop,
+    .backward_fused = backward_fused_loop,
+    .backward_input = backward_input_loop,
+    .backward_weight = backward_weight_loop,
+};
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(custom, CUDA, m) {
+  detail::register_weighted_sum_kernels<kCudaLoops, CudaDeviceGuard>(m);
+}
+
+}  // namespace custom

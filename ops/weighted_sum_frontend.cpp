@@ -1,0 +1,144 @@
+#include "weighted_sum_frontend.h"
+
+#include <ATen/ExpandUtils.h>
+#include <ATen/Functions.h>
+#include <ATen/native/Resize.h>
+
+#include "weighted_sum_checks.h"
+
+namespace custom::detail {
+
+namespace {
+
+// Like ATen's binary ops: broadcasting, promotion to the common dtype, casting to the output,
+// and refusing outputs that partially overlap an input or themselves.
+at::TensorIterator elementwise_iterator(const at::Tensor& out, std::initializer_list<at::Tensor> inputs) {
+  at::TensorIteratorConfig config;
+  config.set_check_mem_overlap(true).add_output(out);
+  for (const auto& input : inputs) {
+    config.add_const_input(input);
+  }
+  return config.promote_inputs_to_common_dtype(true)
+      .cast_common_dtype_to_outputs(true)
+      .enforce_safe_casting_to_output(true)
+      .build();
+}
+
+void run_forward(const at::Tensor& out, const at::Tensor& input, const at::Tensor& weight, Loop loop) {
+  if (loop == nullptr || out.numel() == 0) {
+    return;
+  }
+  auto iter = elementwise_iterator(out, {input, weight});
+  loop(iter);
+}
+
+bool has_shape(const at::Tensor& tensor, c10::SymIntArrayRef shape) {
+  return tensor.sym_sizes().equals(shape);
+}
+
+// One gradient: computed over the full output shape, then summed back to the shape of the
+// argument it belongs to when that argument was broadcast. At most one full-size temporary.
+at::Tensor gradient_for(
+    const at::Tensor& argument,
+    c10::SymIntArrayRef shape,
+    Loop loop,
+    std::initializer_list<at::Tensor> operands) {
+  const bool broadcast = !has_shape(argument, shape);
+  auto compute_dtype = argument.scalar_type();
+  for (const auto& operand : operands) {
+    compute_dtype = c10::promoteTypes(compute_dtype, operand.scalar_type());
+  }
+  auto full = at::empty_symint(shape, argument.options().dtype(broadcast ? compute_dtype : argument.scalar_type()));
+  if (loop != nullptr && full.numel() > 0) {
+    auto iter = elementwise_iterator(full, operands);
+    loop(iter);
+  }
+  if (!broadcast) {
+    return full;
+  }
+  return at::sum_to(full, argument.sym_sizes(), /*always_return_non_view=*/true).to(argument.scalar_type());
+}
+
+}  // namespace
+
+at::Tensor weighted_sum(const at::Tensor& input, const at::Tensor& weight, const WeightedSumLoops& loops) {
+  constexpr const char* op = "custom::weighted_sum";
+  const auto dtype = check_forward_inputs(input, weight, op);
+  const auto shape = broadcast_shape(input, "input", weight, "weight", op);
+  auto out = at::empty_symint(shape, input.options().dtype(dtype));
+  run_forward(out, input, weight, loops.forward);
+  return out;
+}
+
+void weighted_sum_out(
+    const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out, const WeightedSumLoops& loops) {
+  constexpr const char* op = "custom::weighted_sum.out";
+  const auto dtype = check_forward_inputs(input, weight, op);
+  check_destination(out, "out", dtype, input.device(), op);
+  const auto shape = broadcast_shape(input, "input", weight, "weight", op);
+  // ATen's out= rule: resize a wrong-shaped out, warning when it held data.
+  at::native::resize_output_symint(out, shape);
+  run_forward(out, input, weight, loops.forward);
+}
+
+void weighted_sum_inplace(const at::Tensor& self, const at::Tensor& weight, const WeightedSumLoops& loops) {
+  constexpr const char* op = "custom::weighted_sum_";
+  check_operand(self, op, "self");
+  check_operand(weight, op, "weight");
+  check_same_device(self, "self", weight, "weight", op);
+  check_destination(self, "self", at::result_type(self, weight), self.device(), op);
+  const auto shape = broadcast_shape(self, "self", weight, "weight", op);
+  TORCH_CHECK(
+      has_shape(self, shape),
+      op, ": weight of shape ", weight.sym_sizes(), " would broadcast self of shape ", self.sym_sizes(),
+      " to ", c10::SymIntArrayRef(shape), ", but an in-place op cannot resize self");
+  run_forward(self, self, weight, loops.forward);
+}
+
+std::tuple<at::Tensor, at::Tensor> weighted_sum_backward(
+    const at::Tensor& grad,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    std::array<bool, 2> output_mask,
+    const WeightedSumLoops& loops) {
+  constexpr const char* op = "custom::weighted_sum_backward";
+  check_forward_inputs(input, weight, op);
+  check_operand(grad, op, "grad");
+  check_same_device(grad, "grad", input, "input", op);
+  const auto shape = broadcast_shape(input, "input", weight, "weight", op);
+  TORCH_CHECK(
+      has_shape(grad, shape),
+      op, ": grad of shape ", grad.sym_sizes(), " does not match the output shape ", c10::SymIntArrayRef(shape));
+
+  const bool one_pass = output_mask[0] && output_mask[1] && has_shape(input, shape) &&
+      has_shape(weight, shape) && input.scalar_type() == weight.scalar_type() &&
+      grad.scalar_type() == input.scalar_type();
+  if (one_pass) {
+    // Reads grad, input and weight once and writes both gradients.
+    auto grad_input = at::empty_symint(shape, input.options());
+    auto grad_weight = at::empty_symint(shape, weight.options());
+    if (loops.backward_fused != nullptr && grad_input.numel() > 0) {
+      auto iter = at::TensorIteratorConfig()
+                      .add_output(grad_input)
+                      .add_output(grad_weight)
+                      .add_const_input(grad)
+                      .add_const_input(input)
+                      .add_const_input(weight)
+                      .build();
+      loops.backward_fused(iter);
+    }
+    return {grad_input, grad_weight};
+  }
+
+  at::Tensor grad_input;
+  at::Tensor grad_weight;
+  if (output_mask[0]) {
+    grad_input = gradient_for(input, shape, loops.backward_input, {grad, input, weight});
+  }
+  if (output_mask[1]) {
+    grad_weight = gradient_for(weight, shape, loops.backward_weight, {grad, input});
+  }
+  return {grad_input, grad_weight};
+}
+
+}  // namespace custom::detail

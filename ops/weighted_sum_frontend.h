@@ -1,0 +1,44 @@
+// The device-independent half of every kernel: checks, output allocation, out= resizing and the
+// TensorIterator set-up. A device supplies only its loops; the Meta kernels supply none and so
+// get the same shapes, strides, dtypes and errors as the real kernels, with SymInt shapes.
+#pragma once
+
+#include <array>
+#include <tuple>
+
+#include <ATen/TensorIterator.h>
+#include <ATen/core/Tensor.h>
+
+namespace custom::detail {
+
+using Loop = void (*)(at::TensorIteratorBase& iter);
+
+struct WeightedSumLoops {
+  // output: out; inputs: input, weight. Computes weight * input**2 in the iterator's common dtype.
+  Loop forward = nullptr;
+  // outputs: grad_input, grad_weight; inputs: grad, input, weight, all of one dtype and shape.
+  Loop backward_fused = nullptr;
+  // output: grad_input; inputs: grad, input, weight. Computes 2 * weight * input * grad.
+  Loop backward_input = nullptr;
+  // output: grad_weight; inputs: grad, input. Computes input**2 * grad.
+  Loop backward_weight = nullptr;
+};
+
+// Shapes and dtypes only: what the Meta kernels pass.
+inline constexpr WeightedSumLoops kNoLoops{};
+
+at::Tensor weighted_sum(const at::Tensor& input, const at::Tensor& weight, const WeightedSumLoops& loops);
+
+void weighted_sum_out(
+    const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out, const WeightedSumLoops& loops);
+
+void weighted_sum_inplace(const at::Tensor& self, const at::Tensor& weight, const WeightedSumLoops& loops);
+
+std::tuple<at::Tensor, at::Tensor> weighted_sum_backward(
+    const at::Tensor& grad,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    std::array<bool, 2> output_mask,
+    const WeightedSumLoops& loops);
+
+}  // namespace custom::detail

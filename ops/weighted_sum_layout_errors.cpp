@@ -1,0 +1,43 @@
+// Sparse, sparse-CSR, mkldnn and nested tensors dispatch to their own keys, where the dispatcher
+// would only say "could not run ... with arguments from the 'SparseCPU' backend". These kernels
+// name the argument and its layout instead.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <torch/library.h>
+
+namespace custom {
+namespace {
+
+void reject_non_strided(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& arguments = op.schema().arguments();
+  const auto values = torch::jit::last(*stack, arguments.size());
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (!values[i].isTensor()) {
+      continue;
+    }
+    const auto& tensor = values[i].toTensor();
+    TORCH_CHECK(
+        !tensor.defined() || (tensor.layout() == at::kStrided && !tensor.is_nested() && !tensor.is_mkldnn()),
+        op.schema().name(), ": ", arguments[i].name(), " must be a dense strided tensor, got ",
+        tensor.is_nested() ? "a nested tensor" : "layout ", tensor.is_nested() ? "" : c10::str(tensor.layout()));
+  }
+  TORCH_CHECK(false, op.schema().name(), ": only dense strided tensors are supported");
+}
+
+void register_rejections(torch::Library& m) {
+  for (const char* name : {"weighted_sum", "weighted_sum.out", "weighted_sum_", "weighted_sum_backward"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&reject_non_strided>());
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(custom, SparseCPU, m) { register_rejections(m); }
+TORCH_LIBRARY_IMPL(custom, SparseCUDA, m) { register_rejections(m); }
+TORCH_LIBRARY_IMPL(custom, SparseCsrCPU, m) { register_rejections(m); }
+TORCH_LIBRARY_IMPL(custom, SparseCsrCUDA, m) { register_rejections(m); }
+TORCH_LIBRARY_IMPL(custom, MkldnnCPU, m) { register_rejections(m); }
+TORCH_LIBRARY_IMPL(custom, NestedTensorCPU, m) { register_rejections(m); }
+TORCH_LIBRARY_IMPL(custom, NestedTensorCUDA, m) { register_rejections(m); }
+
+}  // namespace custom

@@ -1,0 +1,18 @@
+// The one place where the `custom` operators are declared. Every other file only registers
+// kernels for these schemas with TORCH_LIBRARY_IMPL.
+//
+// The out= and in-place overloads mutate an argument and return nothing: torch.compile's
+// auto-functionalization only handles mutating custom ops without aliased returns.
+#include <torch/library.h>
+
+TORCH_LIBRARY(custom, m) {
+  const std::vector<at::Tag> tags = {at::Tag::pt2_compliant_tag};
+  m.def("weighted_sum(Tensor input, Tensor weight) -> Tensor", tags);
+  m.def("weighted_sum.out(Tensor input, Tensor weight, *, Tensor(a!) out) -> ()", tags);
+  m.def("weighted_sum_(Tensor(a!) self, Tensor weight) -> ()", tags);
+  // Which gradients to compute is an argument, so an unneeded one costs nothing.
+  m.def(
+      "weighted_sum_backward(Tensor grad, Tensor input, Tensor weight, bool[2] output_mask)"
+      " -> (Tensor, Tensor)",
+      tags);
+}
