@@ -35,6 +35,7 @@ at::Tensor add_defined(const at::Tensor& sum, const at::Tensor& term) {
 // which are differentiable again, so every higher order works too.
 class WeightedSumBackwardFunction : public torch::autograd::Function<WeightedSumBackwardFunction> {
  public:
+  // Returns only the gradients output_mask asks for: autograd cannot track undefined outputs.
   static variable_list forward(
       AutogradContext* ctx,
       const at::Tensor& grad,
@@ -42,9 +43,13 @@ class WeightedSumBackwardFunction : public torch::autograd::Function<WeightedSum
       const at::Tensor& weight,
       std::array<bool, 2> output_mask) {
     ctx->save_for_backward({grad, input, weight});
+    ctx->saved_data["output_mask"] = std::vector<bool>{output_mask[0], output_mask[1]};
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [grad_input, grad_weight] = custom::weighted_sum_backward(grad, input, weight, output_mask);
-    return {grad_input, grad_weight};
+    variable_list outputs;
+    if (output_mask[0]) outputs.push_back(grad_input);
+    if (output_mask[1]) outputs.push_back(grad_weight);
+    return outputs;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -52,8 +57,9 @@ class WeightedSumBackwardFunction : public torch::autograd::Function<WeightedSum
     const auto& grad = saved[0];
     const auto& input = saved[1];
     const auto& weight = saved[2];
-    const auto& grad_grad_input = grad_outputs[0];
-    const auto& grad_grad_weight = grad_outputs[1];
+    const auto output_mask = ctx->saved_data["output_mask"].toBoolList();
+    const at::Tensor grad_grad_input = output_mask[0] ? grad_outputs[0] : at::Tensor();
+    const at::Tensor grad_grad_weight = output_mask[1] ? grad_outputs.back() : at::Tensor();
     at::Tensor d_grad;
     at::Tensor d_input;
     at::Tensor d_weight;
@@ -147,8 +153,12 @@ void weighted_sum_out_autograd(const at::Tensor& input, const at::Tensor& weight
 
 std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_autograd(
     const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight, std::array<bool, 2> output_mask) {
+  if (!output_mask[0] && !output_mask[1]) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return custom::weighted_sum_backward(grad, input, weight, output_mask);
+  }
   auto grads = WeightedSumBackwardFunction::apply(grad, input, weight, output_mask);
-  return {grads[0], grads[1]};
+  return {output_mask[0] ? grads[0] : at::Tensor(), output_mask[1] ? grads.back() : at::Tensor()};
 }
 
 }  // namespace
