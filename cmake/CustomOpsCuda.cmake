@@ -1,8 +1,8 @@
 # Turns CUSTOM_OPS_CUDA (AUTO|ON|OFF) into CUSTOM_OPS_WITH_CUDA. Asking for CUDA without a CUDA
 # torch or without nvcc is an error: a library that claims CUDA but has no CUDA kernels is the
 # most common bug in this field.
-get_filename_component(_torch_lib_dir "${TORCH_LIBRARY}" DIRECTORY)
-if(EXISTS "${_torch_lib_dir}/libtorch_cuda.so")
+get_filename_component(TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
+if(EXISTS "${TORCH_LIB_DIR}/libtorch_cuda.so")
   set(_torch_has_cuda ON)
 else()
   set(_torch_has_cuda OFF)

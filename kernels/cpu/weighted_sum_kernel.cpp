@@ -1,14 +1,18 @@
-// CPU kernels of the weighted square and its backward. The frontend has already checked the
+// CPU loops of the weighted square and its backward. The frontend has already checked the
 // arguments and built a TensorIterator (broadcasting, strides, promotion); these loops only do
 // the arithmetic, with at::vec::Vectorized SIMD and at::parallel_for threads via cpu_kernel_vec.
+//
+// Like ATen's native/cpu kernels, this file is compiled once per instruction set (DEFAULT, AVX2,
+// AVX512; CMake sets CPU_CAPABILITY) and weighted_sum_cpu_dispatch.cpp picks one at run time.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
+#include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 #include <ATen/native/cpu/Loops.h>
 
-#include "ops/weighted_sum_registration.h"
+#include "kernels/cpu/weighted_sum_cpu_loops.h"
 
-namespace custom {
+namespace custom::cpu::CPU_CAPABILITY {
 namespace {
 
 template <typename scalar_t>
@@ -80,17 +84,13 @@ void backward_fused_loop(at::TensorIteratorBase& iter) {
   });
 }
 
-constexpr detail::WeightedSumLoops kCpuLoops{
+}  // namespace
+
+const detail::WeightedSumLoops weighted_sum_loops{
     .forward = forward_loop,
     .backward_fused = backward_fused_loop,
     .backward_input = backward_input_loop,
     .backward_weight = backward_weight_loop,
 };
 
-}  // namespace
-
-TORCH_LIBRARY_IMPL(custom, CPU, m) {
-  detail::register_weighted_sum_kernels<kCpuLoops>(m);
-}
-
-}  // namespace custom
+}  // namespace custom::cpu::CPU_CAPABILITY

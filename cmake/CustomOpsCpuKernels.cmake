@@ -1,0 +1,27 @@
+# Compiles the CPU loops once per instruction set, as ATen compiles its native/cpu kernels, so
+# one library is fast on AVX512 and AVX2 machines and still runs on any x86-64 (or other) CPU.
+# kernels/cpu/weighted_sum_cpu_dispatch.cpp picks the set at run time.
+function(custom_ops_add_cpu_kernels target)
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+    set(_capabilities DEFAULT AVX2 AVX512)
+  else()
+    set(_capabilities DEFAULT)
+  endif()
+  set(_flags_DEFAULT "")
+  set(_flags_AVX2 -mavx2 -mfma -mf16c -mbmi -mbmi2)
+  set(_flags_AVX512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mbmi -mbmi2)
+  foreach(cap IN LISTS _capabilities)
+    set(_object ${target}_cpu_${cap})
+    add_library(${_object} OBJECT kernels/cpu/weighted_sum_kernel.cpp)
+    target_compile_definitions(${_object} PRIVATE CPU_CAPABILITY=${cap} CPU_CAPABILITY_${cap})
+    target_compile_options(${_object} PRIVATE ${_flags_${cap}})
+    target_include_directories(${_object} PRIVATE ${PROJECT_SOURCE_DIR})
+    target_link_libraries(${_object} PRIVATE torch)
+    set_target_properties(${_object} PROPERTIES
+      POSITION_INDEPENDENT_CODE ON CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+    if(CUSTOM_OPS_SANITIZE)
+      target_compile_options(${_object} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer)
+    endif()
+    target_sources(${target} PRIVATE $<TARGET_OBJECTS:${_object}>)
+  endforeach()
+endfunction()

@@ -1,0 +1,47 @@
+// Registers the CPU kernels with the loops of the best instruction set this processor and
+// libtorch agree on: at::get_cpu_capability() is ATen's own choice, which the environment
+// variable ATEN_CPU_CAPABILITY can lower, so ours always matches ATen's.
+#include <ATen/Context.h>
+#include <ATen/Version.h>
+
+#include "kernels/cpu/weighted_sum_cpu_loops.h"
+#include "ops/weighted_sum_registration.h"
+
+namespace custom::cpu {
+namespace {
+
+const detail::WeightedSumLoops& selected_loops() {
+  static const detail::WeightedSumLoops& loops = []() -> const detail::WeightedSumLoops& {
+#if defined(__x86_64__)
+    const std::string capability = at::get_cpu_capability();
+    if (capability == "AVX512") {
+      return AVX512::weighted_sum_loops;
+    }
+    if (capability == "AVX2") {
+      return AVX2::weighted_sum_loops;
+    }
+#endif
+    return DEFAULT::weighted_sum_loops;
+  }();
+  return loops;
+}
+
+void forward(at::TensorIteratorBase& iter) { selected_loops().forward(iter); }
+void backward_fused(at::TensorIteratorBase& iter) { selected_loops().backward_fused(iter); }
+void backward_input(at::TensorIteratorBase& iter) { selected_loops().backward_input(iter); }
+void backward_weight(at::TensorIteratorBase& iter) { selected_loops().backward_weight(iter); }
+
+constexpr detail::WeightedSumLoops kCpuLoops{
+    .forward = forward,
+    .backward_fused = backward_fused,
+    .backward_input = backward_input,
+    .backward_weight = backward_weight,
+};
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(custom, CPU, m) {
+  detail::register_weighted_sum_kernels<kCpuLoops>(m);
+}
+
+}  // namespace custom::cpu
