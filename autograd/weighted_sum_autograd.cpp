@@ -1,11 +1,14 @@
 // Autograd kernels: registered at the Autograd key, they record the graph and re-enter the
 // dispatcher below autograd for the computation, so every caller (Python, C++, TorchScript,
 // torch.compile) differentiates the op the same way.
+#include <algorithm>
+
 #include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <torch/csrc/autograd/VariableTypeUtils.h>
 
 #include <custom_ops/weighted_sum.h>
@@ -95,12 +98,18 @@ class WeightedSumFunction : public torch::autograd::Function<WeightedSumFunction
   }
 };
 
-// In place: self is overwritten, so the original self is cloned for the backward, but only when
-// a gradient will be needed. mark_dirty gives ATen's errors for leaves and its view handling.
+// In place: self is overwritten, so the backward reads copies of the original self (and of weight
+// when it overlaps self) that the caller made before the write, with grad mode on, so their
+// history reaches self's old history and second order is right. mark_dirty handles views.
 class WeightedSumInplaceFunction : public torch::autograd::Function<WeightedSumInplaceFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, at::Tensor self, const at::Tensor& weight) {
-    ctx->save_for_backward({self.clone(), weight});
+  static at::Tensor forward(
+      AutogradContext* ctx,
+      at::Tensor self,
+      const at::Tensor& weight,
+      const at::Tensor& original_self,
+      const at::Tensor& original_weight) {
+    ctx->save_for_backward({original_self, original_weight});
     {
       at::AutoDispatchBelowADInplaceOrView guard;
       custom::weighted_sum_(self, weight);
@@ -111,20 +120,42 @@ class WeightedSumInplaceFunction : public torch::autograd::Function<WeightedSumI
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    return weighted_sum_gradients(
+    auto grads = weighted_sum_gradients(
         grad_outputs[0], saved[0], saved[1], {ctx->needs_input_grad(0), ctx->needs_input_grad(1)});
+    // The copies are only read: their gradient reaches self's history through self's own edge.
+    return {grads[0], grads[1], at::Tensor(), at::Tensor()};
   }
 };
 
+// Undefined, nested, sparse or mkldnn operands never reach Function::apply, which would fail on
+// them with a message that names nothing; below autograd the kernels name the argument.
+bool all_dense(std::initializer_list<at::Tensor> tensors) {
+  return std::all_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) {
+    return t.defined() && t.layout() == at::kStrided && !t.is_nested() && !t.is_mkldnn();
+  });
+}
+
 at::Tensor weighted_sum_autograd(const at::Tensor& input, const at::Tensor& weight) {
+  if (!all_dense({input, weight})) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return custom::weighted_sum(input, weight);
+  }
   return WeightedSumFunction::apply(input, weight);
 }
 
 void weighted_sum_inplace_autograd(const at::Tensor& self, const at::Tensor& weight) {
   const bool records_graph =
       at::GradMode::is_enabled() && (self.requires_grad() || weight.requires_grad());
-  if (records_graph) {
-    WeightedSumInplaceFunction::apply(self, weight);
+  if (records_graph && all_dense({self, weight})) {
+    // ATen's checks before anything is written: no in-place on a leaf (or a view of one) that
+    // requires grad.
+    torch::autograd::check_inplace(self, /*requires_grad=*/true);
+    // The copies are made with grad mode on (see WeightedSumInplaceFunction), and before the
+    // write; weight is copied only when the write would change it (weighted_sum_(a, a)).
+    const auto original_self = self.clone();
+    const bool weight_overlaps_self = at::get_overlap_status(self, weight) != at::MemOverlapStatus::No;
+    const auto original_weight = weight_overlaps_self ? weight.clone() : weight;
+    WeightedSumInplaceFunction::apply(self, weight, original_self, original_weight);
     return;
   }
   {
@@ -153,7 +184,7 @@ void weighted_sum_out_autograd(const at::Tensor& input, const at::Tensor& weight
 
 std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_autograd(
     const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight, std::array<bool, 2> output_mask) {
-  if (!output_mask[0] && !output_mask[1]) {
+  if ((!output_mask[0] && !output_mask[1]) || !all_dense({grad, input, weight})) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return custom::weighted_sum_backward(grad, input, weight, output_mask);
   }

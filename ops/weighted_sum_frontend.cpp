@@ -2,6 +2,8 @@
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/Functions.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 
 #include "weighted_sum_checks.h"
@@ -76,6 +78,12 @@ void weighted_sum_out(
   const auto dtype = check_forward_inputs(input, weight, op);
   check_destination(out, "out", dtype, input.device(), op);
   const auto shape = broadcast_shape(input, "input", weight, "weight", op);
+  if (loops.forward != nullptr) {
+    // Before the resize, as ATen does, so a refused out is left untouched.
+    at::assert_no_internal_overlap(out);
+    at::assert_no_partial_overlap(out, input);
+    at::assert_no_partial_overlap(out, weight);
+  }
   // ATen's out= rule: resize a wrong-shaped out, warning when it held data.
   at::native::resize_output_symint(out, shape);
   run_forward(out, input, weight, loops.forward);

@@ -1,0 +1,245 @@
+"""DTensor sharding rules for the `custom` operators.
+
+After :func:`register`, ``torch.ops.custom.weighted_sum`` runs on
+:class:`torch.distributed.tensor.DTensor` arguments, forward and backward: DTensor runs the op on
+each rank's local shards, and redistributes an argument only when no rule below accepts its
+placement. The rules are registered with torch's own API,
+:func:`torch.distributed.tensor.experimental.register_sharding`, for
+
+``custom::weighted_sum(input, weight) -> out``  (``out = weight * input**2``, broadcast)
+    per mesh dimension, one of
+
+    * everything ``Replicate()``;
+    * ``out`` ``Shard(d)`` for each output dim ``d``, with each argument ``Shard`` on the dim that
+      lines up with ``d`` (broadcasting right-aligns: argument dim ``d - (out.ndim - arg.ndim)``),
+      or ``Replicate()`` where that argument is broadcast along ``d`` (the dim is missing or of
+      size 1: a size-1 broadcast dim is never sharded);
+    * ``out`` ``Partial(op)`` from ``input`` ``Replicate()`` and ``weight`` ``Partial(op)`` for
+      op "sum" or "avg": the op is linear in ``weight``. It is not linear in ``input``, so a
+      ``Partial`` input is always redistributed (to ``Shard`` or ``Replicate``, whichever DTensor
+      finds cheaper).
+
+    Matching ``Shard``/``Replicate`` placements therefore run with no communication at all.
+
+``custom::weighted_sum_backward(grad, input, weight, output_mask) -> (grad_input, grad_weight)``
+    (called by the op's autograd, on DTensors when the forward ran on DTensors), per mesh dim:
+
+    * everything ``Replicate()``;
+    * ``grad`` ``Shard(d)``, ``input`` and ``weight`` as in the forward; a gradient is ``Shard``
+      like its argument, or, where its argument is broadcast along ``d``, ``Partial("sum")``: the
+      gradient of a broadcast argument sums over the broadcast dims, and each rank sums only its
+      own slice of them;
+    * ``grad`` ``Partial(op)`` (op "sum"/"avg"), the rest ``Replicate()``: both gradients are
+      ``Partial(op)`` (linear in ``grad``);
+    * ``weight`` ``Partial(op)``, the rest ``Replicate()``: ``grad_input`` is ``Partial(op)``,
+      ``grad_weight`` (which does not read ``weight``) ``Replicate()``.
+
+    A gradient that ``output_mask`` leaves out is ``None``, with no placement.
+
+Only the functional op and its backward have rules; ``weighted_sum.out`` and ``weighted_sum_``
+on DTensors raise DTensor's "no sharding strategy registered" error.
+
+Usage::
+
+    import torch
+    torch.ops.load_library("libcustom_ops.so")  # or: import custom_ops
+    from custom_ops import sharding             # or this file, imported by path
+    sharding.register()
+"""
+from __future__ import annotations
+
+import threading
+import warnings
+
+import torch
+
+__all__ = ["is_registered", "register"]
+
+_OPERATORS = ("custom::weighted_sum", "custom::weighted_sum_backward")
+
+_lock = threading.Lock()
+_registered = False
+
+
+def is_registered() -> bool:
+    """Whether :func:`register` has registered the rules in this process."""
+    return _registered
+
+
+def register() -> bool:
+    """Registers the DTensor sharding rules of custom::weighted_sum and its backward.
+
+    Idempotent: a second call does nothing. Returns True once the rules are registered, and
+    False, registering nothing, where this torch has no torch.distributed, no DTensor or no
+    ``register_sharding``. The operators must be registered already (the library loaded, e.g. by
+    ``import custom_ops``); RuntimeError otherwise.
+    """
+    global _registered
+    with _lock:
+        if _registered:
+            return True
+        if not torch.distributed.is_available():
+            return False
+        try:
+            from torch.distributed.tensor import DTensor  # noqa: F401
+            from torch.distributed.tensor.experimental import register_sharding
+        except ImportError:
+            return False
+
+        forward, backward = _operator_overloads()
+        register_sharding(forward)(_weighted_sum_sharding)
+        register_sharding(backward)(_weighted_sum_backward_sharding)
+        _hash_non_tensor_arguments(backward)
+        _registered = True
+        return True
+
+
+def _operator_overloads():
+    for name in _OPERATORS:
+        try:
+            torch._C._dispatch_find_schema_or_throw(name, "")
+        except RuntimeError:
+            raise RuntimeError(
+                f"custom_ops.sharding.register(): the operator {name} is not registered in this "
+                "process; load libcustom_ops.so first (import custom_ops, or "
+                "torch.ops.load_library(path))"
+            ) from None
+    return torch.ops.custom.weighted_sum.default, torch.ops.custom.weighted_sum_backward.default
+
+
+def _hash_non_tensor_arguments(op) -> None:
+    """Makes DTensor's sharding cache tell apart calls that differ in a non-tensor argument.
+
+    register_sharding keys its cache on the tensor arguments' placements and shapes, and on the
+    non-tensor arguments from the first *int* argument on (RuntimeSchemaInfo.static_argnum). The
+    backward's only non-tensor argument is ``bool[2] output_mask``, so a sharding decided for one
+    mask would be reused for another: a gradient that one mask leaves out (None, no placement)
+    would then be given to a call that computes it ("output tensor should be scalar!"), or the
+    reverse. The rule's result depends on the mask, so the key must hold it: hash every argument
+    from the first non-tensor one on.
+    """
+    from torch.distributed.tensor import DTensor
+
+    first = next(
+        (i for i, arg in enumerate(op._schema.arguments) if not isinstance(arg.type, torch.TensorType)),
+        None,
+    )
+    if first is None:
+        return
+    propagator = DTensor._op_dispatcher.sharding_propagator
+    schema_infos = getattr(propagator, "op_to_schema_info", None)
+    if schema_infos is None:
+        warnings.warn(
+            "custom_ops.sharding: this torch's DTensor has no ShardingPropagator.op_to_schema_info; "
+            f"{op} on DTensors may reuse a sharding decided for another output_mask",
+            stacklevel=3,
+        )
+        return
+    from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
+
+    info = schema_infos.get(op)
+    if info is not None and info.static_argnum <= first:
+        return  # register_sharding hashes it already
+    schema_infos[op] = RuntimeSchemaInfo(
+        static_argnum=first,
+        static_kwargkey=info.static_kwargkey if info is not None else None,
+        needs_pytree=True,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The rules. register_sharding calls them with each DTensor argument replaced by its DTensorSpec
+# (its global shape and current placements) and the other arguments as they are; each returns a
+# list of (output placements, input placements) for one mesh dimension, which DTensor expands to
+# every mesh dimension and picks from by redistribution cost (a choice that needs no
+# redistribution first). None stands for a non-tensor argument or a None output.
+# ---------------------------------------------------------------------------------------------
+
+
+def _linear_reduce_ops():
+    from torch.distributed.tensor import Partial
+
+    return getattr(Partial, "LINEAR_REDUCE_OPS", ("sum", "avg"))
+
+
+def _partial_ops_of(spec):
+    """The linear reductions ("sum", "avg") that `spec` is Partial over, in mesh-dim order.
+
+    A Partial rule is offered only for a reduction an argument already has: offered for every
+    reduction, a Replicate argument would be 'redistributed' to Partial at no cost, giving a
+    Partial output that costs its consumer an all-reduce.
+    """
+    from torch.distributed.tensor import Partial
+
+    ops = []
+    for placement in spec.placements:
+        if isinstance(placement, Partial) and placement.reduce_op in _linear_reduce_ops():
+            if placement.reduce_op not in ops:
+                ops.append(placement.reduce_op)
+    return ops
+
+
+def _aligned_placement(shape, out_shape, out_dim):
+    """The placement of an argument of `shape` when its broadcast result is Shard(out_dim).
+
+    Broadcasting right-aligns dims: the argument's dim out_dim - (len(out_shape) - len(shape))
+    lines up with out_dim. It is Shard on that dim, unless the argument has no such dim or has it
+    of size 1 broadcast to more: then every output slice reads all of it, so it is Replicate.
+    """
+    from torch.distributed.tensor import Replicate, Shard
+
+    dim = out_dim - (len(out_shape) - len(shape))
+    if dim < 0 or shape[dim] != out_shape[out_dim]:
+        return Replicate()
+    return Shard(dim)
+
+
+def _weighted_sum_sharding(input, weight):
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    out_shape = torch.broadcast_shapes(input.shape, weight.shape)
+    # (out placements, [input, weight] placements); DTensor drops those whose Shard does not fit
+    # an argument's size (a dim smaller than the mesh dim).
+    rules = [([Replicate()], [Replicate(), Replicate()])]
+    for d in range(len(out_shape)):
+        rules.append(
+            (
+                [Shard(d)],
+                [_aligned_placement(input.shape, out_shape, d), _aligned_placement(weight.shape, out_shape, d)],
+            )
+        )
+    for op in _partial_ops_of(weight):
+        rules.append(([Partial(op)], [Replicate(), Partial(op)]))
+    return rules
+
+
+def _weighted_sum_backward_sharding(grad, input, weight, output_mask):
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    input_wanted, weight_wanted = bool(output_mask[0]), bool(output_mask[1])
+
+    def outputs(grad_input, grad_weight):
+        return [grad_input if input_wanted else None, grad_weight if weight_wanted else None]
+
+    out_shape = grad.shape
+    rules = [(outputs(Replicate(), Replicate()), [Replicate(), Replicate(), Replicate(), None])]
+    for d in range(len(out_shape)):
+        input_placement = _aligned_placement(input.shape, out_shape, d)
+        weight_placement = _aligned_placement(weight.shape, out_shape, d)
+        # A broadcast argument's gradient sums the slices of dim d: each rank has its own.
+        rules.append(
+            (
+                outputs(
+                    input_placement if isinstance(input_placement, Shard) else Partial("sum"),
+                    weight_placement if isinstance(weight_placement, Shard) else Partial("sum"),
+                ),
+                [Shard(d), input_placement, weight_placement, None],
+            )
+        )
+    # grad_input = sum_to(2 w x grad) is linear in grad and in weight (one at a time);
+    # grad_weight = sum_to(x**2 grad) is linear in grad and does not read weight.
+    for op in _partial_ops_of(grad):
+        rules.append((outputs(Partial(op), Partial(op)), [Partial(op), Replicate(), Replicate(), None]))
+    for op in _partial_ops_of(weight):
+        rules.append((outputs(Partial(op), Replicate()), [Replicate(), Replicate(), Partial(op), None]))
+    return rules

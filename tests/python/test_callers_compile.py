@@ -1,0 +1,222 @@
+"""torch.compile callers of the `custom` operators: functions, nn.Modules, out= and in-place,
+a training step, no graph breaks, dynamic shapes without recompiling, CUDA graphs.
+
+Every compiled result is compared with the same code run eagerly.
+"""
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch._dynamo.utils import counters
+
+from conftest import CUDA_BUILT, HAS_GPU
+
+OPS = torch.ops.custom
+needs_cuda = pytest.mark.skipif(not (HAS_GPU and CUDA_BUILT), reason="needs a GPU and the CUDA kernels")
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def assert_same(actual, expected):
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- the callers
+
+
+def function(x, w):
+    # The operator between ATen ops, so inductor has something to fuse around it.
+    return OPS.weighted_sum(x * 0.5, w).sum(-1) + x.mean(-1)
+
+
+def out_into_argument(x, w, out):
+    OPS.weighted_sum.out(x, w, out=out)
+    return out * 2
+
+
+def out_into_temporary(x, w):
+    out = torch.empty_like(x)
+    OPS.weighted_sum.out(x, w, out=out)
+    return out + 1
+
+
+def inplace_on_argument(x, w):
+    OPS.weighted_sum_(x, w)
+    return x.sum()
+
+
+def inplace_on_temporary(x, w):
+    y = x * 2
+    OPS.weighted_sum_(y, w)
+    return y - x
+
+
+class WeightedSumNet(torch.nn.Module):
+    """linear -> custom::weighted_sum with a learned weight -> linear."""
+
+    def __init__(self, features=8):
+        super().__init__()
+        self.first = torch.nn.Linear(features, features)
+        self.weight = torch.nn.Parameter(torch.randn(features))
+        self.last = torch.nn.Linear(features, 1)
+
+    def forward(self, x):
+        return self.last(OPS.weighted_sum(torch.tanh(self.first(x)), self.weight))
+
+
+def inputs(device, rows=6, cols=8):
+    return torch.randn(rows, cols, device=device), torch.randn(cols, device=device)
+
+
+# ---------------------------------------------------------------------------- fullgraph
+
+
+def test_function_fullgraph(device):
+    x, w = inputs(device)
+    assert_same(torch.compile(function, fullgraph=True)(x, w), function(x, w))
+
+
+def test_module_fullgraph(device):
+    net = WeightedSumNet().to(device)
+    x, _ = inputs(device)
+    compiled = torch.compile(net, fullgraph=True)
+    assert_same(compiled(x), net(x))
+
+
+def test_out_variant_fullgraph(device):
+    x, w = inputs(device)
+    out = torch.empty_like(x)
+    result = torch.compile(out_into_argument, fullgraph=True)(x, w, out)
+    assert_same(out, w * x * x)  # the caller's tensor was written
+    assert_same(result, 2 * w * x * x)
+    assert_same(torch.compile(out_into_temporary, fullgraph=True)(x, w), out_into_temporary(x, w))
+
+
+def test_inplace_variant_fullgraph(device):
+    x, w = inputs(device)
+    expected_x = w * x * x
+    mutated = x.clone()
+    result = torch.compile(inplace_on_argument, fullgraph=True)(mutated, w)
+    assert_same(mutated, expected_x)  # the caller's tensor was updated in place
+    assert_same(result, expected_x.sum())
+    assert_same(torch.compile(inplace_on_temporary, fullgraph=True)(x, w), inplace_on_temporary(x, w))
+
+
+@pytest.mark.parametrize(
+    "name", ["function", "module", "out_into_argument", "out_into_temporary", "inplace_on_argument", "inplace_on_temporary"]
+)
+def test_no_graph_breaks(name, device):
+    x, w = inputs(device)
+    if name == "module":
+        fn, args = WeightedSumNet().to(device), (x,)
+    elif name == "out_into_argument":
+        fn, args = out_into_argument, (x, w, torch.empty_like(x))
+    else:
+        fn, args = globals()[name], (x, w)
+    explanation = torch._dynamo.explain(fn)(*args)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
+    targets = {str(node.target) for graph in explanation.graphs for node in graph.graph.nodes}
+    assert any(target.startswith("custom.weighted_sum") for target in targets), targets
+
+
+# ------------------------------------------------------------------------------ dynamic
+
+
+@pytest.mark.parametrize("name", ["function", "out_into_temporary", "inplace_on_temporary"])
+def test_dynamic_shapes_compile_once(name, device):
+    fn = globals()[name]
+    counter = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(fn, backend=counter, fullgraph=True, dynamic=True)
+    for rows, cols in [(3, 4), (5, 7), (8, 16), (13, 2), (2, 33)]:
+        x, w = inputs(device, rows, cols)
+        assert_same(compiled(x, w), fn(x, w))
+    assert counter.frame_count == 1, f"compiled {counter.frame_count} times for 5 shapes"
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+def test_dynamic_shapes_after_automatic_recompile(device):
+    # dynamic=None (the default): the second shape recompiles once with dynamic sizes, then never again.
+    counter = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(function, backend=counter, fullgraph=True)
+    for rows, cols in [(3, 4), (5, 7), (8, 16), (13, 2)]:
+        x, w = inputs(device, rows, cols)
+        assert_same(compiled(x, w), function(x, w))
+    assert counter.frame_count == 2
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def test_training_step(device):
+    """forward + backward + SGD, the model compiled (fullgraph) and the optimizer step compiled."""
+    torch.manual_seed(0)
+    eager = WeightedSumNet().to(device)
+    compiled_net = WeightedSumNet().to(device)
+    compiled_net.load_state_dict(eager.state_dict())
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    compiled_opt = torch.optim.SGD(compiled_net.parameters(), lr=0.05, momentum=0.9)
+
+    @torch.compile(fullgraph=True)
+    def loss_of(x, target):
+        return torch.nn.functional.mse_loss(compiled_net(x).squeeze(-1), target)
+
+    @torch.compile
+    def compiled_step():
+        compiled_opt.step()
+
+    for _ in range(3):
+        x, target = torch.randn(16, 8, device=device), torch.randn(16, device=device)
+
+        eager_opt.zero_grad()
+        eager_loss = torch.nn.functional.mse_loss(eager(x).squeeze(-1), target)
+        eager_loss.backward()
+        eager_opt.step()
+
+        compiled_opt.zero_grad()
+        loss = loss_of(x, target)
+        loss.backward()
+        assert compiled_net.weight.grad is not None
+        torch.testing.assert_close(compiled_net.weight.grad, eager.weight.grad, rtol=1e-4, atol=1e-5)
+        compiled_step()
+
+        torch.testing.assert_close(loss, eager_loss, rtol=1e-4, atol=1e-5)
+    for (name, actual), expected in zip(compiled_net.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5, msg=f"parameter {name}")
+
+
+# ------------------------------------------------------------------------------ CUDA graphs
+
+
+@needs_cuda
+def test_reduce_overhead_cuda_graphs_new_data_each_step():
+    compiled = torch.compile(function, mode="reduce-overhead", fullgraph=True)
+    w = torch.randn(8, device="cuda")
+    for step in range(6):
+        x = torch.randn(32, 8, device="cuda")  # new data, new allocations, every step
+        result = compiled(x, w).clone()  # a replay overwrites the previous step's output
+        assert_same(result, function(x, w))
+        if step == 0:
+            torch.cuda.synchronize()
+    assert counters["inductor"]["cudagraph_skips"] == 0, "CUDA graphs were skipped"
+
+
+@needs_cuda
+def test_reduce_overhead_cuda_graphs_training():
+    torch.manual_seed(0)
+    net = WeightedSumNet().cuda()
+    reference = WeightedSumNet().cuda()
+    reference.load_state_dict(net.state_dict())
+    compiled = torch.compile(net, mode="reduce-overhead", fullgraph=True)
+    for _ in range(4):
+        x = torch.randn(32, 8, device="cuda")
+        compiled(x).sum().backward()
+        reference(x).sum().backward()
+    for actual, expected in zip(net.parameters(), reference.parameters()):
+        torch.testing.assert_close(actual.grad, expected.grad, rtol=1e-4, atol=1e-4)
+    assert counters["inductor"]["cudagraph_skips"] == 0, "CUDA graphs were skipped"

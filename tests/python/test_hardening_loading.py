@@ -1,0 +1,285 @@
+"""Hardening: loading the library.
+
+  twice      torch.ops.load_library of the same file again (also through another of its names,
+             in this process and in a fresh one) registers nothing twice and the op still works.
+  a copy     a second copy of the file (another inode) cannot register `custom` again: that must
+             be an error the process survives, not an abort.
+  torch      the build records the torch it was built against, and it is the torch running
+             here; the `custom_ops` package refuses, with a clear ImportError, a torch of another
+             release (simulated: the package reads torch.__version__) and a second copy.
+"""
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from conftest import LIBRARY
+
+OPS = torch.ops.custom
+REAL_LIBRARY = LIBRARY.resolve()
+
+
+def run_python(*parts, timeout=300):
+    """Runs the code `parts` (each dedented, then joined) in a fresh interpreter: this one, so the
+    same torch. Returns the CompletedProcess."""
+    code = "\n".join(textwrap.dedent(part) for part in parts)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=pathlib.Path(__file__).parent,
+    )
+
+
+def describe(result):
+    return f"exit code {result.returncode}\nstdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"
+
+
+# A check of the op inside a subprocess: prints OK when its result is right.
+CHECK_OP = """
+x = torch.randn(5, 7, dtype=torch.float64)
+w = torch.randn(7, dtype=torch.float64)
+assert torch.equal(torch.ops.custom.weighted_sum(x, w), w * x.square())
+out = torch.empty(5, 7, dtype=torch.float64)
+torch.ops.custom.weighted_sum.out(x, w, out=out)
+assert torch.equal(out, w * x.square())
+print("OK")
+"""
+
+
+def _names_of_the_library():
+    """Every path that names the one library file: the configured one, its symlinks, the file."""
+    names = {LIBRARY, REAL_LIBRARY}
+    for candidate in LIBRARY.parent.glob("libcustom_ops.so*"):
+        if candidate.resolve() == REAL_LIBRARY:
+            names.add(candidate)
+    return sorted(str(n) for n in names)
+
+
+# ---------------------------------------------------------------------------------------------
+# The same file, twice
+# ---------------------------------------------------------------------------------------------
+
+
+def _custom_schemas():
+    return sorted((s.name, s.overload_name) for s in torch._C._jit_get_all_schemas() if s.name.startswith("custom::"))
+
+
+def test_loading_the_library_again_in_this_process_is_harmless():
+    schemas_before = _custom_schemas()
+    for name in _names_of_the_library():
+        torch.ops.load_library(name)
+        torch.ops.load_library(name)
+    # torch records the file once, under its real path; nothing was registered again.
+    entries = [p for p in torch.ops.loaded_libraries if pathlib.Path(p).resolve() == REAL_LIBRARY]
+    assert entries == [str(REAL_LIBRARY)], entries
+    assert _custom_schemas() == schemas_before
+    x, w = torch.randn(4, 5), torch.randn(5)
+    assert torch.equal(OPS.weighted_sum(x, w), w * x.square())
+
+
+def test_loading_the_library_twice_in_a_fresh_process_is_harmless():
+    names = _names_of_the_library()
+    result = run_python(
+        f"""
+        import torch
+        for name in {names!r}:
+            torch.ops.load_library(name)
+            torch.ops.load_library(name)
+        # Registered once: both overloads of weighted_sum are there, once each.
+        assert len([s for s in torch._C._jit_get_all_schemas() if s.name == "custom::weighted_sum"]) == 2
+        """,
+        CHECK_OP,
+        # Again after the op ran (its kernels are in use): still harmless.
+        f"for name in {names!r}: torch.ops.load_library(name)",
+        CHECK_OP,
+    )
+    assert result.returncode == 0 and result.stdout.split() == ["OK", "OK"], describe(result)
+
+
+def test_each_operator_has_its_schema_registered_exactly_once():
+    schemas = _custom_schemas()
+    assert len(schemas) == len(set(schemas)), f"an overload is registered twice: {schemas}"
+    expected = [
+        ("custom::weighted_sum", ""),
+        ("custom::weighted_sum", "out"),
+        ("custom::weighted_sum_", ""),
+        ("custom::weighted_sum_backward", ""),
+    ]
+    for overload in expected:
+        assert overload in schemas, schemas
+
+
+# ---------------------------------------------------------------------------------------------
+# A second copy of the file
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="hardening gap: a second copy of libcustom_ops.so runs TORCH_LIBRARY(custom) again from "
+    "its static initializer; the c10::Error escapes dlopen and std::terminate aborts the process "
+    "(SIGABRT) instead of torch.ops.load_library raising",
+)
+def test_loading_a_second_copy_of_the_library_raises_instead_of_aborting(tmp_path):
+    copy = tmp_path / "libcustom_ops_copy.so"
+    shutil.copy(REAL_LIBRARY, copy)
+    result = run_python(
+        f"""
+        import torch
+        torch.ops.load_library({str(LIBRARY)!r})
+        try:
+            torch.ops.load_library({str(copy)!r})
+        except Exception as error:
+            print("REFUSED:", type(error).__name__, error)
+        """,
+        CHECK_OP,
+    )
+    assert result.returncode == 0, describe(result)
+    assert "REFUSED:" in result.stdout and re.search(r"custom", result.stdout), describe(result)
+    assert result.stdout.strip().endswith("OK"), describe(result)
+
+
+# ---------------------------------------------------------------------------------------------
+# The torch the library was built against
+# ---------------------------------------------------------------------------------------------
+
+
+def release(version):
+    """'2.11.0+cu130' -> '2.11.0'."""
+    match = re.match(r"\d+(\.\d+)*", str(version))
+    return match.group(0) if match else str(version)
+
+
+def _recorded_cmake_torch_version():
+    """CUSTOM_OPS_TORCH_VERSION from the CMake package beside the library (build or install tree)."""
+    for config in (
+        LIBRARY.parent / "CustomOpsConfig.cmake",  # the build tree
+        LIBRARY.parent / "cmake" / "CustomOps" / "CustomOpsConfig.cmake",  # an install prefix's lib/
+    ):
+        if config.is_file():
+            match = re.search(r'set\(CUSTOM_OPS_TORCH_VERSION "([^"]*)"\)', config.read_text())
+            if match:
+                return config, match.group(1)
+    return None, None
+
+
+def test_the_build_records_the_torch_it_was_built_against_and_it_is_this_one():
+    config, recorded = _recorded_cmake_torch_version()
+    if config is None:
+        pytest.skip(f"no CustomOpsConfig.cmake recording CUSTOM_OPS_TORCH_VERSION beside {LIBRARY}")
+    assert recorded, f"{config} records an empty torch version"
+    assert release(recorded) == release(torch.__version__), (
+        f"{LIBRARY} was built against torch {recorded} ({config}), but torch {torch.__version__} is running"
+    )
+
+
+# The `custom_ops` package (python/custom_ops), when it is installed: it records the torch
+# release it was built against and refuses any other on import.
+
+@pytest.fixture(scope="module")
+def package():
+    """Skips unless `import custom_ops` works in a fresh interpreter."""
+    probe = run_python("import custom_ops; print(custom_ops.library_path())")
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["no error output"])[-1][:200]
+        pytest.skip(
+            "the custom_ops package is not importable here (install it with "
+            f"`pip install --no-build-isolation .`): {last}"
+        )
+
+
+needs_package = pytest.mark.usefixtures("package")
+
+
+@needs_package
+def test_package_records_the_torch_it_was_built_against_and_it_is_this_one():
+    result = run_python(
+        """
+        import torch, custom_ops
+        print(custom_ops.TORCH_VERSION)
+        print(torch.__version__)
+        """
+    )
+    assert result.returncode == 0, describe(result)
+    built, running = result.stdout.split()[-2:]
+    assert release(built) == release(running), f"custom_ops built against {built}, running {running}"
+
+
+@needs_package
+def test_package_import_loads_the_library_once_and_the_op_works():
+    result = run_python(
+        """
+        import torch, custom_ops, importlib, pathlib
+        path = custom_ops.library_path()
+        assert pathlib.Path(path).is_file(), path
+        assert path in torch.ops.loaded_libraries, torch.ops.loaded_libraries
+        importlib.reload(custom_ops)  # a second import of the package
+        torch.ops.load_library(path)  # and of its library
+        assert torch.equal(custom_ops.weighted_sum(torch.ones(3), torch.full((3,), 2.0)), torch.full((3,), 2.0))
+        """,
+        CHECK_OP,
+    )
+    assert result.returncode == 0 and result.stdout.strip().endswith("OK"), describe(result)
+
+
+@needs_package
+@pytest.mark.parametrize("other", ["2.99.0", "1.13.1+cu117", "2.12.0.dev20260101"])
+def test_package_refuses_a_torch_of_another_release_with_a_clear_message(other):
+    # Simulated: the package compares its recorded release with torch.__version__.
+    result = run_python(
+        f"""
+        import torch
+        real = torch.__version__
+        torch.__version__ = {other!r}
+        try:
+            import custom_ops
+        except ImportError as error:
+            print("REFUSED:", error)
+        else:
+            print("IMPORTED")
+        # Nothing was registered by the refused import.
+        try:
+            torch._C._dispatch_find_schema_or_throw("custom::weighted_sum", "")
+            print("REGISTERED")
+        except RuntimeError:
+            print("NOT REGISTERED")
+        """
+    )
+    assert result.returncode == 0, describe(result)
+    assert "REFUSED:" in result.stdout, describe(result)
+    message = result.stdout.split("REFUSED:", 1)[1]
+    assert "built against torch" in message and other in message, message
+    assert "NOT REGISTERED" in result.stdout, "the library was loaded although the import was refused"
+
+
+@needs_package
+def test_package_refuses_a_second_copy_of_the_library_without_aborting():
+    result = run_python(
+        f"""
+        import pathlib, torch
+        torch.ops.load_library({str(LIBRARY)!r})
+        try:
+            import custom_ops
+        except ImportError as error:
+            print("REFUSED:", error)
+        else:
+            print("IMPORTED", custom_ops.library_path())
+        """,
+        CHECK_OP,
+    )
+    assert result.returncode == 0, describe(result)
+    if "IMPORTED" in result.stdout:
+        # The package's library is the very file loaded first: the same library, loaded once.
+        imported = pathlib.Path(result.stdout.split("IMPORTED", 1)[1].split()[0]).resolve()
+        assert imported == REAL_LIBRARY, describe(result)
+    else:
+        assert re.search(r"already registered", result.stdout), describe(result)
+    assert result.stdout.strip().endswith("OK"), describe(result)
