@@ -24,7 +24,7 @@ install:
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 demo: install
-	PYTHON=$(PYTHON) BUILD=$(BUILD) PREFIX=$(PREFIX) scripts/demo.sh
+	PYTHON=$(PYTHON) PREFIX=$(PREFIX) EXAMPLE_BUILD=$(BUILD)/examples MODELS=$(BUILD)/models examples/run_demo.sh
 
 test: install
 	ctest --test-dir $(BUILD) --output-on-failure
@@ -34,7 +34,8 @@ test: install
 # The C++ tests again, built with AddressSanitizer and UndefinedBehaviorSanitizer (CPU kernels).
 sanitize: install
 	$(MAKE) install BUILD=$(BUILD)-sanitize PREFIX=$(BUILD)-sanitize/install CUDA=OFF \
-	  CMAKE_ARGS="-DCUSTOM_OPS_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo"
+	  CMAKE_ARGS="-DCUSTOM_OPS_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DCUSTOM_OPS_SCRIPTING_LIBRARY=$(PREFIX)/lib/libcustom_ops.so"
 	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(BUILD)-sanitize --output-on-failure
 

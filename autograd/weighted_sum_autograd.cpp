@@ -135,8 +135,15 @@ bool all_dense(std::initializer_list<at::Tensor> tensors) {
   });
 }
 
+// Whether autograd has anything to record: Function::apply's bookkeeping costs more than a
+// small kernel, so calls that record nothing skip it and run the kernel directly.
+bool records_graph(std::initializer_list<at::Tensor> tensors) {
+  return at::GradMode::is_enabled() &&
+      std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.defined() && t.requires_grad(); });
+}
+
 at::Tensor weighted_sum_autograd(const at::Tensor& input, const at::Tensor& weight) {
-  if (!all_dense({input, weight})) {
+  if (!all_dense({input, weight}) || !records_graph({input, weight})) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return custom::weighted_sum(input, weight);
   }
@@ -144,9 +151,7 @@ at::Tensor weighted_sum_autograd(const at::Tensor& input, const at::Tensor& weig
 }
 
 void weighted_sum_inplace_autograd(const at::Tensor& self, const at::Tensor& weight) {
-  const bool records_graph =
-      at::GradMode::is_enabled() && (self.requires_grad() || weight.requires_grad());
-  if (records_graph && all_dense({self, weight})) {
+  if (records_graph({self, weight}) && all_dense({self, weight})) {
     // ATen's checks before anything is written: no in-place on a leaf (or a view of one) that
     // requires grad.
     torch::autograd::check_inplace(self, /*requires_grad=*/true);
@@ -184,7 +189,8 @@ void weighted_sum_out_autograd(const at::Tensor& input, const at::Tensor& weight
 
 std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_autograd(
     const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight, std::array<bool, 2> output_mask) {
-  if ((!output_mask[0] && !output_mask[1]) || !all_dense({grad, input, weight})) {
+  if ((!output_mask[0] && !output_mask[1]) || !all_dense({grad, input, weight}) ||
+      !records_graph({grad, input, weight})) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return custom::weighted_sum_backward(grad, input, weight, output_mask);
   }

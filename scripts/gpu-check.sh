@@ -35,7 +35,8 @@ step memcheck sanitizer.log compute-sanitizer --tool memcheck --error-exitcode 1
 step racecheck racecheck.log compute-sanitizer --tool racecheck --error-exitcode 1 \
   $BUILD/tests/cpp/custom_ops_tests --gtest_filter='*Cuda*'
 if [ "${1:-}" = "--bench" ]; then
-  step bench bench.log "$PY" bench/bench_weighted_sum.py --plot
+  step bench bench.log env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" \
+    "$PY" bench/bench_weighted_sum.py --plot --output-dir "$OUT" --git-commit "${CUSTOM_OPS_GIT_COMMIT:-unknown}"
 fi
 
 printf '%s\n' "== summary ==" "${summary[@]}" | tee "$OUT/summary.txt"

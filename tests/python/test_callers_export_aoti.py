@@ -12,6 +12,7 @@ app is built once per session as well. Tests marked `slow` compile C++ (-m "not 
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -86,38 +87,60 @@ def test_aoti_package_from_python_cpu(models):
     run_package_in_process(models["cpu"], "cpu")
 
 
-@pytest.mark.slow
-@needs_cuda
-def test_aoti_package_from_python_cuda(cuda_package):
-    run_package_in_process(cuda_package, "cuda")
-
-
 FRESH_LOADER = """
 import sys, torch
-library, package = sys.argv[1:]
+library, package, device = sys.argv[1:]
 if library != "-":
     torch.ops.load_library(library)
 runner = torch._inductor.aoti_load_package(package)
-x, w = torch.randn(6, 3), torch.randn(3)
-torch.testing.assert_close(runner(x, w), w * x * x + x, rtol=1e-5, atol=1e-5)
+for rows, cols in [(6, 3), (2, 9)]:
+    x, w = torch.randn(rows, cols, device=device), torch.randn(cols, device=device)
+    torch.testing.assert_close(runner(x, w), w * x * x + x, rtol=1e-5, atol=1e-5)
 print("ok")
 """
 
 
-@pytest.mark.slow
-def test_aoti_package_in_fresh_process_needs_the_library(models):
+def load_in_fresh_process(library, package, device):
     # Loading a CPU package makes inductor probe the CPU's vector ISAs by compiling and running a
     # test program for each (tens of seconds per fresh process on 2 cores); the CPU flags suffice here.
     env = {**os.environ, "TORCHINDUCTOR_VEC_ISA_OK": "1"}
-    run = lambda library: subprocess.run(  # noqa: E731
-        [sys.executable, "-c", FRESH_LOADER, library, str(models["cpu"])],
+    return subprocess.run(
+        [sys.executable, "-c", FRESH_LOADER, str(library), str(package), device],
         capture_output=True, text=True, timeout=300, env=env,
     )
-    with_library = run(str(LIBRARY))
+
+
+@pytest.mark.slow
+def test_aoti_package_in_fresh_process_needs_the_library(models):
+    with_library = load_in_fresh_process(LIBRARY, models["cpu"], "cpu")
     assert with_library.returncode == 0 and "ok" in with_library.stdout, with_library.stderr[-3000:]
-    without = run("-")
+    without = load_in_fresh_process("-", models["cpu"], "cpu")
     assert without.returncode != 0
     assert "custom::weighted_sum" in without.stderr, without.stderr[-3000:]
+
+
+class AtenOnly(torch.nn.Module):
+    def forward(self, input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return weight * input * input + input
+
+
+@pytest.mark.slow
+@needs_cuda
+def test_aoti_package_from_python_cuda(cuda_package, tmp_path):
+    # In a fresh process that loads only the library. On the H200 machine this was tried on, torch's
+    # Python loader segfaulted on every CUDA package, one without custom ops too, while the C++
+    # loader ran the same packages: a crash here must not take the whole test session down.
+    result = load_in_fresh_process(LIBRARY, cuda_package, "cuda")
+    if result.returncode == -signal.SIGSEGV:
+        x, w = export_models.example_inputs("cuda")
+        batch, features = torch.export.Dim("batch", min=2), torch.export.Dim("features", min=2)
+        program = torch.export.export(
+            AtenOnly(), (x, w), dynamic_shapes={"input": {0: batch, 1: features}, "weight": {0: features}}
+        )
+        control = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "aten.pt2"))
+        if load_in_fresh_process("-", control, "cuda").returncode == -signal.SIGSEGV:
+            pytest.xfail("torch._inductor.aoti_load_package segfaults on CUDA packages here, even without custom ops")
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
 
 
 # ------------------------------------------------------------------------------------- C++

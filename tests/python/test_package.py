@@ -42,6 +42,9 @@ def site(tmp_path_factory):
     if importlib.util.find_spec("scikit_build_core") is None:
         pytest.fail("scikit-build-core is not installed: `pip install scikit-build-core` (needed by "
                     "`pip install --no-build-isolation .`)")
+    if "if(SKBUILD)" not in (REPO / "CMakeLists.txt").read_text():
+        pytest.fail("CMakeLists.txt has no if(SKBUILD) branch: `pip install .` would not put libcustom_ops.so "
+                    "and _build_info.py into the custom_ops package")
     root = tmp_path_factory.mktemp("package")
     target = root / "site"
     command = [

@@ -1,0 +1,95 @@
+"""Writes the model files that the C++ app (examples/cpp, weighted_sum_demo) and the tests run.
+
+    python examples/python/export_models.py --out-dir out/models [--device cpu|cuda] [--library PATH]
+
+writes
+  weighted_sum.pt           TorchScript (torch.jit.script of WeightedSumModel, torch.jit.save);
+                            device-independent: the C++ app runs it on every device it checks.
+  weighted_sum_<device>.pt2 AOTInductor package (torch.export.export with dynamic batch and feature
+                            sizes, then torch._inductor.aoti_compile_and_package); it runs only on
+                            the device it was compiled for. On CPU, compiling needs a C++ compiler.
+
+Both compute forward(input, weight) = custom::weighted_sum(input, weight) + input for an input of
+shape (batch, features) and a weight of shape (features,), every size at least 2.
+
+The library must be loaded in every process that loads these files: Python callers load it with
+torch.ops.load_library (or `import custom_ops`) before torch.jit.load or aoti_load_package; C++
+callers link CustomOps::custom_ops.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+
+import torch
+
+
+class WeightedSumModel(torch.nn.Module):
+    """forward(input, weight) = custom::weighted_sum(input, weight) + input."""
+
+    def forward(self, input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return torch.ops.custom.weighted_sum(input, weight) + input
+
+
+def reference(input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """What WeightedSumModel computes, with ATen alone."""
+    return weight * input * input + input
+
+
+def example_inputs(device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(8, 16, device=device), torch.randn(16, device=device)
+
+
+def export_torchscript(path: str | os.PathLike) -> pathlib.Path:
+    """torch.jit.script + torch.jit.save of WeightedSumModel."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.jit.save(torch.jit.script(WeightedSumModel()), str(path))
+    return path
+
+
+def export_program(device: str | torch.device = "cpu") -> torch.export.ExportedProgram:
+    """torch.export.export of WeightedSumModel with dynamic batch and feature sizes."""
+    batch = torch.export.Dim("batch", min=2)
+    features = torch.export.Dim("features", min=2)
+    return torch.export.export(
+        WeightedSumModel().to(device),
+        example_inputs(device),
+        dynamic_shapes={"input": {0: batch, 1: features}, "weight": {0: features}},
+    )
+
+
+def export_aoti(path: str | os.PathLike, device: str | torch.device = "cpu") -> pathlib.Path:
+    """AOTInductor package (.pt2) of export_program(device)."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = torch._inductor.aoti_compile_and_package(export_program(device), package_path=str(path))
+    return pathlib.Path(written)
+
+
+def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from load_library import cuda_usable, load_custom_ops
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out-dir", type=pathlib.Path, default=pathlib.Path("out/models"))
+    parser.add_argument("--device", choices=["cpu", "cuda"], help="device of the .pt2 (default: cuda when usable)")
+    parser.add_argument("--library", help="path of libcustom_ops.so (default: see load_library.py)")
+    parser.add_argument("--no-aoti", action="store_true", help="write the TorchScript file only")
+    args = parser.parse_args(argv)
+
+    print(f"library: {load_custom_ops(args.library)}")
+    device = args.device or ("cuda" if cuda_usable() else "cpu")
+    if device == "cuda" and not cuda_usable():
+        parser.error("--device cuda: no GPU visible, or the library has no CUDA kernels")
+
+    print(export_torchscript(args.out_dir / "weighted_sum.pt"))
+    if not args.no_aoti:
+        print(export_aoti(args.out_dir / f"weighted_sum_{device}.pt2", device))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

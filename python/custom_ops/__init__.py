@@ -1,0 +1,127 @@
+"""custom_ops: the `custom` PyTorch operators, packaged.
+
+Importing this package loads the bundled libcustom_ops.so into the process (torch.ops.load_library),
+which registers torch.ops.custom.weighted_sum and its variants with the dispatcher: after
+``import custom_ops`` they work eagerly, under autograd, torch.compile, torch.export, TorchScript
+and AOTInductor, on CPU and (when built with CUDA kernels) on CUDA.
+
+The library is C++ against libtorch's ABI, which changes between torch releases: the package only
+imports under the torch version it was built against (ImportError otherwise). Build it against the
+torch already installed, without pip's build isolation:
+
+    pip install --no-build-isolation .
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+
+import torch
+
+try:
+    from . import _build_info
+except ImportError as error:  # the sources, not an installed build
+    raise ImportError(
+        "custom_ops is not built: python/custom_ops holds only its sources. Install the package with "
+        "`pip install --no-build-isolation .` from the repository root."
+    ) from error
+
+__version__: str = _build_info.VERSION
+#: The torch release the bundled library was built against.
+TORCH_VERSION: str = _build_info.TORCH_VERSION
+#: Whether the bundled library has CUDA kernels.
+WITH_CUDA: bool = _build_info.WITH_CUDA
+
+__all__ = ["TORCH_VERSION", "WITH_CUDA", "__version__", "library_path", "weighted_sum"]
+
+_LIBRARY = pathlib.Path(__file__).resolve().with_name("libcustom_ops.so")
+
+
+def _release(version: str) -> str:
+    """'2.11.0+cu130' -> '2.11.0', '2.12.0.dev20260101' -> '2.12.0'."""
+    match = re.match(r"\d+(\.\d+)*", str(version))
+    return match.group(0) if match else str(version)
+
+
+def _check_torch_version() -> None:
+    built, running = _release(TORCH_VERSION), _release(torch.__version__)
+    if built != running:
+        raise ImportError(
+            f"custom_ops {__version__} was built against torch {TORCH_VERSION}, but torch {torch.__version__} "
+            f"is installed ({pathlib.Path(torch.__file__).parent}). Its C++ library only works with the "
+            "torch it was built against: reinstall custom_ops with `pip install --no-build-isolation .` "
+            f"under torch {torch.__version__}, or install torch {TORCH_VERSION}."
+        )
+
+
+def _operators_registered() -> bool:
+    try:
+        torch._C._dispatch_find_schema_or_throw("custom::weighted_sum", "")
+    except RuntimeError:
+        return False
+    return True
+
+
+def _load() -> None:
+    if str(_LIBRARY) in torch.ops.loaded_libraries:
+        return
+    if _operators_registered():
+        # A second copy of the library would abort the process (one TORCH_LIBRARY per namespace).
+        others = sorted(path for path in torch.ops.loaded_libraries if "custom_ops" in pathlib.Path(path).name)
+        raise ImportError(
+            f"the `custom` operators are already registered in this process by another copy of the library "
+            f"({', '.join(others) or 'not loaded through torch.ops.load_library'}); custom_ops cannot load "
+            f"{_LIBRARY} as well. Load only one of them."
+        )
+    if not _LIBRARY.is_file():
+        raise ImportError(f"custom_ops: the bundled library {_LIBRARY} is missing; reinstall the package")
+    try:
+        torch.ops.load_library(str(_LIBRARY))
+    except OSError as error:
+        raise ImportError(f"custom_ops: could not load {_LIBRARY}: {error.__cause__ or error}") from error
+
+
+_check_torch_version()
+_load()
+
+
+def library_path() -> str:
+    """The absolute path of the bundled libcustom_ops.so, loaded into this process on import.
+
+    Pass it to ``torch.ops.load_library`` in processes that load TorchScript or AOTInductor files
+    without importing this package, or link against it from C++.
+    """
+    return str(_LIBRARY)
+
+
+def weighted_sum(input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Elementwise ``weight * input**2``, computed by the custom::weighted_sum operator.
+
+    Args:
+        input: a float16, bfloat16, float32 or float64 tensor of any shape, on CPU or on CUDA (CUDA
+            needs the library built with CUDA kernels, see ``WITH_CUDA``).
+        weight: a tensor of one of those dtypes, broadcastable with ``input``, on the same device.
+
+    Returns:
+        A new contiguous tensor of the broadcast shape of ``input`` and ``weight`` and their promoted
+        dtype, like ``weight * input.square()``; float16 and bfloat16 compute in float32.
+
+    Differentiable with respect to both arguments, and traceable by torch.compile (fullgraph, dynamic
+    shapes), torch.export and AOTInductor. Same as ``torch.ops.custom.weighted_sum(input, weight)``;
+    the out= and in-place variants are ``torch.ops.custom.weighted_sum.out(input, weight, out=out)``
+    and ``torch.ops.custom.weighted_sum_(self, weight)``.
+
+    Example::
+
+        >>> import torch, custom_ops
+        >>> custom_ops.weighted_sum(torch.tensor([1.0, 2.0, 3.0]), torch.tensor(2.0))
+        tensor([ 2.,  8., 18.])
+    """
+    return torch.ops.custom.weighted_sum(input, weight)
+
+
+# DTensor sharding rules, so the op runs on tensors sharded with torch.distributed; registered
+# only where torch.distributed and DTensor exist (register() returns False otherwise).
+from . import sharding  # noqa: E402
+
+sharding.register()
