@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-LIBRARY = pathlib.Path(os.environ.get("CUSTOM_OPS_LIBRARY", REPO / "build" / "libcustom_ops.so"))
+LIBRARY = pathlib.Path(os.environ.get("CUSTOM_OPS_LIBRARY", REPO / "build" / "libcustom_ops.so")).resolve()
 SHARDING_SOURCE = REPO / "python" / "custom_ops" / "sharding.py"
 
 WORLD_SIZE = 2
