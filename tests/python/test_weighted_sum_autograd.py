@@ -166,7 +166,7 @@ def test_gradients_match_float64_reference(device, case, input_dtype, weight_dty
 # -------------------------------------------------------------- the backward operator
 
 
-BACKWARD_LAYOUTS = ["same_shape", "channel_weight", "both_broadcast", "zero_dim_weight", "transposed", "step_sliced"]
+BACKWARD_LAYOUTS = ["same_shape", "channel_weight", "both_broadcast", "zero_dim_weight", "transposed", "step_sliced", "offset"]
 BACKWARD_PAIRS = [
     (torch.float64, torch.float64),
     (torch.float32, torch.float32),
@@ -407,3 +407,15 @@ def test_mutating_a_tensor_saved_for_backward_makes_backward_raise(device, mutat
             OPS.weighted_sum.out(x2, w2, out=saved)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.sum().backward()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=dtype_name)
+def test_backward_op_one_pass_over_many_threads_and_vector_tails(device, dtype):
+    # Same shape and dtype: the one-pass kernel. More elements than one thread's grain, and a row
+    # length (1031) that leaves a scalar tail after the vector loop.
+    x, w, grad = (make_tensor((67, 1031), dtype, device) for _ in range(3))
+    grad_input, grad_weight = OPS.weighted_sum_backward(grad, x, w, [True, True])
+    x64, w64, g64 = x.double(), w.double(), grad.double()
+    rtol = {torch.float64: 1e-12, torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+    torch.testing.assert_close(grad_input.double(), 2 * w64 * x64 * g64, rtol=rtol, atol=rtol)
+    torch.testing.assert_close(grad_weight.double(), x64 * x64 * g64, rtol=rtol, atol=rtol)
