@@ -21,10 +21,17 @@ step() {  # step NAME LOG COMMAND...: runs, logs, records PASS/FAIL and the runn
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
-  nvcc --version | tail -1; git rev-parse HEAD 2>/dev/null; } >"$OUT/machine.txt" 2>&1
+  nvcc --version | tail -1; g++ --version | head -1; git rev-parse HEAD 2>/dev/null; } >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
 step build build.log make install BUILD=$BUILD PREFIX="$PREFIX" CUDA=ON JOBS=16 || { tail -50 "$OUT/build.log"; exit 1; }
+# An earlier build here crashed in Python (not in C++) when an error message formatted a number,
+# and that build carried libstdc++ code (std::codecvt) of its own: check both first.
+{ echo "std::codecvt symbols in the library: $(nm -DC $BUILD/libcustom_ops.so | grep -c 'std::codecvt')"
+  "$(cat $BUILD/python-path)" -c "
+import torch; torch.ops.load_library('$PREFIX/lib/libcustom_ops.so')
+try: torch.ops.custom.weighted_sum(torch.randn(3), torch.randn(4))
+except RuntimeError as e: print('python error path OK:', str(e).splitlines()[0])"; } 2>&1 | tee -a "$OUT/machine.txt"
 step ctest ctest.log ctest --test-dir $BUILD --output-on-failure -j4
 PY=$(cat $BUILD/python-path)
 step pytest pytest.log env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
