@@ -35,6 +35,7 @@ import traceback
 import pytest
 import torch
 import torch.distributed as dist
+from reference import sum_to
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 LIBRARY = pathlib.Path(os.environ.get("CUSTOM_OPS_LIBRARY", REPO / "build" / "libcustom_ops.so")).resolve()
@@ -85,18 +86,6 @@ def placement_names():
     from torch.distributed.tensor import Partial, Replicate, Shard
 
     return {"S0": Shard(0), "S1": Shard(1), "R": Replicate(), "P": Partial()}
-
-
-def sum_to(t, shape):
-    """Sums a broadcast tensor back to `shape` (like at::sum_to)."""
-    shape = tuple(shape)
-    lead = t.dim() - len(shape)
-    if lead > 0:
-        t = t.sum(dim=tuple(range(lead)))
-    dims = tuple(i for i, n in enumerate(shape) if n == 1 and t.shape[i] != 1)
-    if dims:
-        t = t.sum(dim=dims, keepdim=True)
-    return t.reshape(shape)
 
 
 def make_dtensor(full, placement, mesh):
