@@ -28,7 +28,7 @@ demo: install
 
 test: install
 	ctest --test-dir $(BUILD) --output-on-failure
-	CUSTOM_OPS_LIBRARY=$(PREFIX)/lib/libcustom_ops.so CUSTOM_OPS_PREFIX=$(PREFIX) \
+	CUSTOM_OPS_LIBRARY=$(PREFIX)/lib/libcustom_ops.so CUSTOM_OPS_PREFIX=$(PREFIX) CUSTOM_OPS_CUDA=$(CUDA) \
 	  $(PYTHON) -m pytest tests/python -q -rs $(PYTEST_ARGS)
 
 # The C++ tests again, built with AddressSanitizer and UndefinedBehaviorSanitizer (CPU kernels).

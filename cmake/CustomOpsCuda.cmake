@@ -1,7 +1,6 @@
 # Turns CUSTOM_OPS_CUDA (AUTO|ON|OFF) into CUSTOM_OPS_WITH_CUDA. Asking for CUDA without a CUDA
 # torch or without nvcc is an error: a library that claims CUDA but has no CUDA kernels is the
 # most common bug in this field.
-get_filename_component(TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
 if(EXISTS "${TORCH_LIB_DIR}/libtorch_cuda.so")
   set(_torch_has_cuda ON)
 else()
@@ -14,6 +13,10 @@ else()
   set(_nvcc_found OFF)
 endif()
 
+if(NOT CUSTOM_OPS_CUDA MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "CUSTOM_OPS_CUDA must be AUTO, ON or OFF, got '${CUSTOM_OPS_CUDA}'")
+endif()
+
 if(CUSTOM_OPS_CUDA STREQUAL "OFF")
   set(CUSTOM_OPS_WITH_CUDA OFF)
 elseif(_torch_has_cuda AND _nvcc_found)
@@ -22,9 +25,7 @@ elseif(CUSTOM_OPS_CUDA STREQUAL "ON")
   message(FATAL_ERROR
     "CUSTOM_OPS_CUDA=ON, but torch has CUDA: ${_torch_has_cuda} and nvcc was found: ${_nvcc_found}. "
     "Install a CUDA build of torch and a matching CUDA toolkit, or configure with -DCUSTOM_OPS_CUDA=OFF.")
-elseif(CUSTOM_OPS_CUDA STREQUAL "AUTO")
+else()  # AUTO without a CUDA torch or without nvcc
   set(CUSTOM_OPS_WITH_CUDA OFF)
-else()
-  message(FATAL_ERROR "CUSTOM_OPS_CUDA must be AUTO, ON or OFF, got '${CUSTOM_OPS_CUDA}'")
 endif()
 message(STATUS "custom-ops: CUDA kernels ${CUSTOM_OPS_WITH_CUDA} (torch CUDA: ${_torch_has_cuda}, nvcc: ${_nvcc_found}, archs: ${CUSTOM_OPS_CUDA_ARCHS})")
