@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/VariableTypeUtils.h>
 
 #include <custom_ops/weighted_sum.h>
@@ -142,10 +143,14 @@ bool records_graph(std::initializer_list<at::Tensor> tensors) {
       std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.defined() && t.requires_grad(); });
 }
 
-at::Tensor weighted_sum_autograd(const at::Tensor& input, const at::Tensor& weight) {
+at::Tensor weighted_sum_autograd(c10::DispatchKeySet keys, const at::Tensor& input, const at::Tensor& weight) {
   if (!all_dense({input, weight}) || !records_graph({input, weight})) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return custom::weighted_sum(input, weight);
+    // The hot path of inference: straight on to the kernel below autograd with the keys already
+    // computed, as ATen's own autograd kernels do, rather than a TLS guard and a fresh dispatch.
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("custom::weighted_sum", "")
+                               .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+    return op.redispatch(keys & c10::after_autograd_keyset, input, weight);
   }
   return WeightedSumFunction::apply(input, weight);
 }
