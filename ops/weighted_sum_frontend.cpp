@@ -3,7 +3,6 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/Functions.h>
 #include <ATen/MemoryOverlap.h>
-#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 
 #include "weighted_sum_checks.h"

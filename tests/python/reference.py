@@ -4,6 +4,7 @@ Not a test module: the test files import it (pytest puts this directory on sys.p
 Every helper that makes data draws fresh random numbers on each call.
 """
 import math
+import warnings
 
 import torch
 
@@ -214,3 +215,25 @@ def storage_snapshot(t):
 def assert_storage_unchanged(t, snapshot):
     now = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
     assert torch.equal(now, snapshot), "the op wrote into a tensor it must only read"
+
+
+def nested(t):
+    """A strided nested tensor holding `t` and its first two rows."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "nested tensors are a prototype"
+        return torch.nested.nested_tensor([t, t[:2]])
+
+
+def _sparse_csr(t):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
+        return t.to_sparse_csr()
+
+
+# Layouts the op refuses: name -> (conversion of a 2-D tensor, what the error says after "got").
+NON_STRIDED_LAYOUTS = {
+    "sparse_coo": (lambda t: t.to_sparse(), r"layout Sparse\b"),
+    "sparse_csr": (_sparse_csr, r"layout SparseCsr\b"),
+    "mkldnn": (lambda t: t.to_mkldnn(), r"layout Mkldnn\b"),
+    "nested": (nested, r"a nested tensor"),
+}

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from conftest import CUDA_BUILT, HAS_GPU
+from reference import NON_STRIDED_LAYOUTS
 
 OPS = torch.ops.custom
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -260,39 +261,21 @@ def test_backward_grad_of_the_wrong_shape_is_rejected(device):
 # ---------------------------------------------------------------------------------------------
 
 
-def _nested(like):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "nested tensors are a prototype"
-        return torch.nested.nested_tensor([torch.randn(4, device=like.device), torch.randn(2, 4, device=like.device)[0]])
-
-
-LAYOUTS = {
-    "sparse_coo": (lambda t: t.to_sparse(), r"layout Sparse\b"),
-    "sparse_csr": (lambda t: t.to_sparse_csr(), r"layout SparseCsr\b"),
-    "mkldnn": (lambda t: t.to_mkldnn(), r"layout Mkldnn\b"),
-    "nested": (_nested, r"a nested tensor"),
-}
-
-
-
 def _layout_params():
-    params = []
-    for layout in LAYOUTS:
-        for op, arg in OVERLOAD_ARG_PAIRS:
-            marks = []
-            params.append(pytest.param(layout, op, arg, marks=marks, id=f"{layout}-{op}-{arg}"))
-    return params
+    return [
+        pytest.param(layout, op, arg, id=f"{layout}-{op}-{arg}")
+        for layout in NON_STRIDED_LAYOUTS
+        for op, arg in OVERLOAD_ARG_PAIRS
+    ]
 
 
 @pytest.mark.parametrize("layout,op,arg", _layout_params())
 def test_non_strided_layout_is_rejected_naming_the_argument(device, layout, op, arg):
     if layout == "mkldnn" and (device != "cpu" or not torch.backends.mkldnn.is_available()):
         pytest.skip("mkldnn tensors exist only on CPU builds with oneDNN")
-    make, layout_words = LAYOUTS[layout]
+    make, layout_words = NON_STRIDED_LAYOUTS[layout]
     args = valid_args(device, weight_shape=(3, 4))  # sparse CSR is 2-D only
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
-        args[arg] = make(args[arg])
+    args[arg] = make(args[arg])
     before = snapshot_all(args)
     try:
         call(op, args)

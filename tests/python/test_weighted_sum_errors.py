@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from conftest import CUDA_BUILT, DEVICES, HAS_GPU
-from reference import OPS, assert_storage_unchanged, dtype_name, storage_snapshot
+from reference import NON_STRIDED_LAYOUTS, OPS, assert_storage_unchanged, dtype_name, nested, storage_snapshot
 
 needs_cuda = pytest.mark.skipif(not (HAS_GPU and CUDA_BUILT), reason="needs a GPU and the CUDA kernels")
 
@@ -169,21 +169,9 @@ def test_argument_on_another_device_raises(device, other, op, arg):
 # --------------------------------------------------------------------------------- layouts
 
 
-def nested(t):
-    return torch.nested.nested_tensor([t, t[:2]])
-
-
-LAYOUT_CONVERSIONS = {
-    "sparse_coo": (lambda t: t.to_sparse(), r"got layout Sparse\b"),
-    "sparse_csr": (lambda t: t.to_sparse_csr(), r"got layout SparseCsr"),
-    "mkldnn": (lambda t: t.to_mkldnn(), r"got layout Mkldnn"),
-    "nested": (nested, r"got a nested tensor"),
-}
-
-
 
 def layout_cases():
-    for layout in LAYOUT_CONVERSIONS:
+    for layout in NON_STRIDED_LAYOUTS:
         for op, arg in OVERLOAD_ARGUMENTS:
             marks = []
             if layout == "mkldnn":
@@ -198,11 +186,11 @@ def layout_cases():
 def test_non_strided_layout_raises_naming_the_argument(device, layout, op, arg):
     if layout == "mkldnn" and device != "cpu":
         pytest.skip("mkldnn tensors live on the CPU")
-    convert, problem = LAYOUT_CONVERSIONS[layout]
+    convert, problem = NON_STRIDED_LAYOUTS[layout]
     args = valid_arguments(device, shape=(3, 4), weight_shape=(3, 4))
     args[arg] = convert(args[arg])
     before = snapshot(args)
-    message = rf"custom::weighted_sum\w*: {arg} must be a dense strided tensor, {problem}"
+    message = rf"custom::weighted_sum\w*: {arg} must be a dense strided tensor, got {problem}"
     with pytest.raises(RuntimeError, match=message):
         call(op, args)
     assert_unchanged(args, before)
