@@ -11,38 +11,52 @@ BUILD=build-gpu
 PREFIX=$PWD/install-gpu
 export PYTHONUNBUFFERED=1
 summary=()
-step() {  # step NAME LOG COMMAND...: runs, logs, records PASS/FAIL and the runner's last line
-  local name=$1 log=$2; shift 2
-  "$@" >"$OUT/$log" 2>&1
+step() {  # step NAME LOG SECONDS COMMAND...: runs with a time limit, logs, records PASS/FAIL
+  local name=$1 log=$2 limit=$3; shift 3
+  timeout "$limit" "$@" >"$OUT/$log" 2>&1
   local rc=$?
   summary+=("$name: $([ $rc -eq 0 ] && echo PASS || echo "FAIL (rc=$rc)") | $(grep -E 'passed|failed|tests passed|error' "$OUT/$log" | tail -1)")
   return $rc
 }
 
+# The H200 image sets CXX=/opt/gcc/bin/g++, a GCC with only libstdc++.a: every shared library it
+# links (ours, and the graphs Inductor compiles) would carry a second C++ runtime and crash in
+# Python. CMake and the tests refuse it; use the system g++ for both.
+links_shared_libstdcxx() {
+  printf '#include <sstream>\nint main() { std::ostringstream s; s << 42; return 0; }\n' |
+    "$1" -x c++ - -o "$OUT/libstdcxx-probe" 2>/dev/null && objdump -p "$OUT/libstdcxx-probe" | grep -q 'NEEDED.*libstdc++'
+}
+if [ -n "${CXX:-}" ] && ! links_shared_libstdcxx "$CXX"; then
+  echo "CXX=$CXX links libstdc++ statically: building and testing with /usr/bin/g++ instead"
+  export CXX=/usr/bin/g++ CC=/usr/bin/gcc
+fi
+rm -f "$OUT/libstdcxx-probe"
+
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
-  nvcc --version | tail -1; g++ --version | head -1; git rev-parse HEAD 2>/dev/null; } >"$OUT/machine.txt" 2>&1
+  nvcc --version | tail -1; "${CXX:-g++}" --version | head -1; git rev-parse HEAD 2>/dev/null; } >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
-step build build.log make install BUILD=$BUILD PREFIX="$PREFIX" CUDA=ON JOBS=16 || { tail -50 "$OUT/build.log"; exit 1; }
-# An earlier build here crashed in Python (not in C++) when an error message formatted a number,
-# and that build carried libstdc++ code (std::codecvt) of its own: check both first.
-{ echo "std::codecvt symbols in the library: $(nm -DC $BUILD/libcustom_ops.so | grep -c 'std::codecvt')"
+step build build.log 300 make install BUILD=$BUILD PREFIX="$PREFIX" CUDA=ON JOBS=$(nproc) || { tail -50 "$OUT/build.log"; exit 1; }
+# The error path formats numbers through libstdc++'s locale: the first thing a second runtime breaks.
+{ echo "std::codecvt symbols in the library (0: no private libstdc++): $(nm -DC $BUILD/libcustom_ops.so | grep -c 'std::codecvt')"
   "$(cat $BUILD/python-path)" -c "
 import torch; torch.ops.load_library('$PREFIX/lib/libcustom_ops.so')
 try: torch.ops.custom.weighted_sum(torch.randn(3), torch.randn(4))
 except RuntimeError as e: print('python error path OK:', str(e).splitlines()[0])"; } 2>&1 | tee -a "$OUT/machine.txt"
-step ctest ctest.log ctest --test-dir $BUILD --output-on-failure -j4
+step ctest ctest.log 120 ctest --test-dir $BUILD --output-on-failure -j4
 PY=$(cat $BUILD/python-path)
-step pytest pytest.log env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
-  "$PY" -m pytest tests/python -q -rs -x --durations=15
+# pytest-xdist, where present, spreads the tests over processes (one CUDA context each).
+PARALLEL=$("$PY" -c 'import xdist' 2>/dev/null && echo "-n 8" || true)
+step pytest pytest.log 360 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
+  "$PY" -m pytest tests/python -q -rs --durations=15 $PARALLEL
 # memcheck and racecheck over the CUDA value tests (C++ and Python); small sizes keep them quick.
-step memcheck sanitizer.log compute-sanitizer --tool memcheck --error-exitcode 1 \
+step memcheck sanitizer.log 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
   $BUILD/tests/cpp/custom_ops_tests --gtest_filter='*Cuda*'
-step racecheck racecheck.log compute-sanitizer --tool racecheck --error-exitcode 1 \
+step racecheck racecheck.log 150 compute-sanitizer --tool racecheck --error-exitcode 1 \
   $BUILD/tests/cpp/custom_ops_tests --gtest_filter='*Cuda*'
 if [ "${1:-}" = "--bench" ]; then
-  step bench bench.log env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" \
+  step bench bench.log 540 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" \
     "$PY" bench/bench_weighted_sum.py --plot --output-dir "$OUT" --git-commit "${CUSTOM_OPS_GIT_COMMIT:-unknown}"
 fi
 

@@ -1,10 +1,14 @@
 """Loads libcustom_ops.so once for every Python test.
 
 The library is found at $CUSTOM_OPS_LIBRARY (set by `make test` to the installed copy), else at
-build/libcustom_ops.so in this checkout.
+build/libcustom_ops.so in this checkout. Before any test, checks the C++ compiler that Inductor
+builds with (torch.compile on CPU, AOTInductor).
 """
 import os
 import pathlib
+import shutil
+import subprocess
+import tempfile
 
 import pytest
 import torch
@@ -29,3 +33,35 @@ DEVICES = [
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param
+
+
+def links_libstdcxx_statically(compiler: str) -> bool | None:
+    """Whether `compiler` builds C++ programs without libstdc++.so (a GCC shipped with libstdc++.a
+    only). None when objdump is missing and it cannot be told."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        return None
+    with tempfile.TemporaryDirectory() as scratch:
+        probe = pathlib.Path(scratch) / "probe"
+        subprocess.run(
+            [compiler, "-x", "c++", "-", "-o", str(probe)], check=True, capture_output=True, text=True,
+            input="#include <sstream>\nint main() { std::ostringstream s; s << 42; return 0; }\n",
+        )
+        headers = subprocess.run([objdump, "-p", str(probe)], check=True, capture_output=True, text=True).stdout
+    return "libstdc++.so" not in headers
+
+
+def pytest_sessionstart(session):
+    # Every .so such a compiler links carries a second C++ runtime and segfaults in this process at
+    # its first locale use (seen with CXX=/opt/gcc/bin/g++ on the H200 image): stop with the reason.
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    try:
+        compiler = get_cpp_compiler()
+    except Exception:  # no usable compiler: the tests that need one say so themselves
+        return
+    if links_libstdcxx_statically(compiler):
+        pytest.exit(
+            f"Inductor's C++ compiler {compiler} links libstdc++ statically: the graphs it compiles would "
+            "crash this process. Run the tests with CXX set to a compiler that links libstdc++.so "
+            "(e.g. CXX=/usr/bin/g++).", returncode=3)
