@@ -47,7 +47,7 @@ except RuntimeError as e: print('python error path OK:', str(e).splitlines()[0])
 step ctest ctest.log 120 ctest --test-dir $BUILD --output-on-failure -j4
 PY=$(cat $BUILD/python-path)
 # pytest-xdist, where present, spreads the tests over processes (one CUDA context each).
-PARALLEL=$("$PY" -c 'import xdist' 2>/dev/null && echo "-n 8" || true)
+PARALLEL=$("$PY" -c "import xdist" 2>/dev/null && echo "-n $(( $(nproc) > 24 ? 12 : $(nproc) / 2 ))" || true)
 step pytest pytest.log 360 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
   "$PY" -m pytest tests/python -q -rs --durations=15 $PARALLEL
 # memcheck and racecheck over the CUDA value tests (C++ and Python); small sizes keep them quick.
