@@ -38,3 +38,11 @@ function(custom_ops_require_shared_libstdcxx)
 endfunction()
 
 custom_ops_require_shared_libstdcxx()
+
+# nvcc's host compiler is otherwise the first g++ on PATH, which need not be CMAKE_CXX_COMPILER,
+# and its library directories join our link line: on the H200 image /opt/gcc's came first there
+# and its libstdc++.a was linked in, though CMAKE_CXX_COMPILER was the system g++. One C++
+# compiler for every object. (Set before find_package(Torch), which enables CUDA.)
+if(NOT DEFINED CMAKE_CUDA_HOST_COMPILER AND NOT DEFINED ENV{CUDAHOSTCXX})
+  set(CMAKE_CUDA_HOST_COMPILER "${CMAKE_CXX_COMPILER}" CACHE FILEPATH "nvcc's host compiler: the C++ compiler")
+endif()

@@ -3,8 +3,17 @@
 # CUDA kernels against that torch, run every C++ and Python test, the CUDA tests again under
 # compute-sanitizer, and (with --bench) the benchmark. Logs go to $OUT (default ./gpu-check-out);
 # the last lines printed are the summary.
+# Options: --bench (also run the benchmark), --no-sanitizers (skip memcheck and racecheck).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+BENCH=0 SANITIZERS=1
+for arg in "$@"; do
+  case $arg in
+    --bench) BENCH=1 ;;
+    --no-sanitizers) SANITIZERS=0 ;;
+    *) echo "usage: $0 [--bench] [--no-sanitizers]" >&2; exit 2 ;;
+  esac
+done
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 BUILD=build-gpu
@@ -47,16 +56,16 @@ except RuntimeError as e: print('python error path OK:', str(e).splitlines()[0])
 step ctest ctest.log 120 ctest --test-dir $BUILD --output-on-failure -j4
 PY=$(cat $BUILD/python-path)
 # pytest-xdist, where present, spreads the tests over processes (one CUDA context each).
-PARALLEL=$("$PY" -c "import xdist" 2>/dev/null && echo "-n $(( $(nproc) > 24 ? 12 : $(nproc) / 2 ))" || true)
-step pytest pytest.log 360 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
+PARALLEL=$("$PY" -c "import xdist" 2>/dev/null && echo "-n $(( $(nproc) > 24 ? 16 : $(nproc) / 2 ))" || true)
+step pytest pytest.log 300 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
   "$PY" -m pytest tests/python -q -rs --durations=15 $PARALLEL
-# memcheck and racecheck over the CUDA value tests (C++ and Python); small sizes keep them quick.
-step memcheck sanitizer.log 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
+# memcheck and racecheck over the CUDA GoogleTests; their small sizes keep them quick.
+[ $SANITIZERS = 1 ] && step memcheck sanitizer.log 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
   $BUILD/tests/cpp/custom_ops_tests --gtest_filter='*Cuda*'
-step racecheck racecheck.log 150 compute-sanitizer --tool racecheck --error-exitcode 1 \
+[ $SANITIZERS = 1 ] && step racecheck racecheck.log 150 compute-sanitizer --tool racecheck --error-exitcode 1 \
   $BUILD/tests/cpp/custom_ops_tests --gtest_filter='*Cuda*'
-if [ "${1:-}" = "--bench" ]; then
-  step bench bench.log 540 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" \
+if [ $BENCH = 1 ]; then
+  step bench bench.log 240 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" \
     "$PY" bench/bench_weighted_sum.py --plot --output-dir "$OUT" --git-commit "${CUSTOM_OPS_GIT_COMMIT:-unknown}"
 fi
 
