@@ -28,17 +28,20 @@ step() {  # step NAME LOG SECONDS COMMAND...: runs with a time limit, logs, reco
   return $rc
 }
 
-# The H200 image sets CXX=/opt/gcc/bin/g++, a GCC with only libstdc++.a: every shared library it
-# links (ours, and the graphs Inductor compiles) would carry a second C++ runtime and crash in
-# Python. CMake and the tests refuse it; use the system g++ for both.
+# The H200 image sets CXX and CUDAHOSTCXX to /opt/gcc/bin/g++, a GCC with only libstdc++.a: a
+# shared library linked with it (or with nvcc using it: its library directory joins the link line)
+# carries a second C++ runtime and crashes in Python, as do the graphs Inductor compiles with CXX.
+# CMake and the tests refuse it; use the system g++ instead.
 links_shared_libstdcxx() {
   printf '#include <sstream>\nint main() { std::ostringstream s; s << 42; return 0; }\n' |
     "$1" -x c++ - -o "$OUT/libstdcxx-probe" 2>/dev/null && objdump -p "$OUT/libstdcxx-probe" | grep -q 'NEEDED.*libstdc++'
 }
-if [ -n "${CXX:-}" ] && ! links_shared_libstdcxx "$CXX"; then
-  echo "CXX=$CXX links libstdc++ statically: building and testing with /usr/bin/g++ instead"
-  export CXX=/usr/bin/g++ CC=/usr/bin/gcc
-fi
+for variable in CXX CUDAHOSTCXX; do
+  if [ -n "${!variable:-}" ] && ! links_shared_libstdcxx "${!variable}"; then
+    echo "$variable=${!variable} links libstdc++ statically: building and testing with /usr/bin/g++ instead"
+    export "$variable=/usr/bin/g++" CC=/usr/bin/gcc
+  fi
+done
 rm -f "$OUT/libstdcxx-probe"
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -60,6 +63,8 @@ PARALLEL=$("$PY" -c "import xdist" 2>/dev/null && echo "-n $(( $(nproc) > 24 ? 1
 step pytest pytest.log 300 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
   "$PY" -m pytest tests/python -q -rs --durations=15 $PARALLEL
 # memcheck and racecheck over the CUDA GoogleTests; their small sizes keep them quick.
+# A pytest stopped by its time limit can leave xdist workers running: none may load the benchmark.
+pkill -f 'xdist|pytest' 2>/dev/null; sleep 2
 [ $SANITIZERS = 1 ] && step memcheck sanitizer.log 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
   $BUILD/tests/cpp/custom_ops_tests --gtest_filter='*Cuda*'
 [ $SANITIZERS = 1 ] && step racecheck racecheck.log 150 compute-sanitizer --tool racecheck --error-exitcode 1 \

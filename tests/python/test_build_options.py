@@ -49,14 +49,19 @@ def test_the_session_check_tells_a_static_libstdcxx_compiler_apart(tmp_path):
 
 
 @pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("g++")), reason="needs cmake and g++")
-def test_a_compiler_that_links_libstdcxx_statically_fails_the_configure(tmp_path):
+@pytest.mark.parametrize("variable", ["CMAKE_CXX_COMPILER", "CUDAHOSTCXX"])
+def test_a_compiler_that_links_libstdcxx_statically_fails_the_configure(tmp_path, variable):
     # Such a library would carry a second C++ runtime beside libtorch's and crash inside Python.
+    # nvcc's host compiler counts too: CMake puts its library directories on our link line.
     compiler = static_libstdcxx_compiler(tmp_path)
-    result = subprocess.run(
-        ["cmake", "-S", str(REPO), "-B", str(tmp_path / "build"), f"-DCMAKE_CXX_COMPILER={compiler}",
-         "-DCUSTOM_OPS_CUDA=OFF", "-DCUSTOM_OPS_BUILD_TESTS=OFF", f"-DPython3_EXECUTABLE={sys.executable}"],
-        capture_output=True, text=True, timeout=300,
-    )
+    command = ["cmake", "-S", str(REPO), "-B", str(tmp_path / "build"), "-DCUSTOM_OPS_CUDA=OFF",
+               "-DCUSTOM_OPS_BUILD_TESTS=OFF", f"-DPython3_EXECUTABLE={sys.executable}"]
+    env = {key: value for key, value in os.environ.items() if key not in ("CXX", "CUDAHOSTCXX")}
+    if variable == "CUDAHOSTCXX":
+        env["CUDAHOSTCXX"] = str(compiler)
+    else:
+        command.append(f"-D{variable}={compiler}")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
-    assert f"{compiler} links libstdc++ statically" in " ".join(output.split()), output
+    assert f"{variable}={compiler} links libstdc++ statically" in " ".join(output.split()), output
