@@ -92,7 +92,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     )
     parser.add_argument("--warmup-ms", type=float, default=10.0, help="GPU warm-up time per measurement")
     parser.add_argument("--rep-ms", type=float, default=40.0, help="GPU measuring time per measurement")
-    parser.add_argument("--min-run-time", type=float, default=0.1, help="CPU seconds per blocked_autorange")
+    parser.add_argument("--min-run-time", type=float, default=0.1, help="CPU seconds per variant and size")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="CPU: rounds that time every variant in turn (the median of the rounds is kept)")
     parser.add_argument("--host-max-log2", type=int, default=14, help="largest size of the per-call host timing")
     parser.add_argument("--library", type=pathlib.Path, default=None, help="libcustom_ops.so to load")
     parser.add_argument(
@@ -117,6 +119,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     # Below 2^4 the [N, C] shapes would get a size-1 dimension, which torch.compile specializes.
     if not 4 <= args.min_log2 <= args.max_log2:
         parser.error(f"need 4 <= --min-log2 <= --max-log2, got {args.min_log2} and {args.max_log2}")
+    if args.rounds < 1:
+        parser.error(f"need --rounds >= 1, got {args.rounds}")
     args.dtypes = _subset(parser, "--dtypes", args.dtypes, DTYPES)
     args.layouts = _subset(parser, "--layouts", args.layouts, LAYOUTS)
     args.threads = _thread_counts(parser, args.threads) if args.cpu else [None]
@@ -436,14 +440,21 @@ def gpu_timer(args) -> tuple[Callable[[Callable], float], str]:
     return event_time, "CUDA events (median, L2 flushed)"
 
 
-def cpu_timer(args, threads: int) -> Callable[[Callable], float]:
-    """Median time in us from torch.utils.benchmark.Timer.blocked_autorange at `threads` threads."""
+def cpu_timer(args, threads: int) -> Callable[[list], dict]:
+    """Median time in us of each variant, at `threads` threads. The variants take turns, round
+    after round (torch.utils.benchmark's blocked_autorange each), and each keeps the median of its
+    rounds: a slow phase of a shared machine then hits all of them alike instead of the one
+    measured during it, so the ratios within a size hold even where the absolute times drift."""
 
-    def cpu_time(fn):
-        timer = torch.utils.benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
-        return timer.blocked_autorange(min_run_time=args.min_run_time).median * 1e6
+    def cpu_times(variants):
+        rounds = {variant.name: [] for variant in variants}
+        for _ in range(args.rounds):
+            for variant in variants:
+                timer = torch.utils.benchmark.Timer(stmt="fn()", globals={"fn": variant.call}, num_threads=threads)
+                rounds[variant.name].append(timer.blocked_autorange(min_run_time=args.min_run_time / args.rounds).median)
+        return {name: statistics.median(times) * 1e6 for name, times in rounds.items()}
 
-    return cpu_time
+    return cpu_times
 
 
 def host_time_us(fn: Callable, device: torch.device, calls: int) -> float:
@@ -469,7 +480,7 @@ def measure_case(case: Case, device, timer, compiled, with_fwd_bwd: bool) -> lis
         variants += fwd_bwd_variants(x, w, compiled)
     for variant in variants:  # every check before any timing
         check(variant, case, y)
-    times = {variant.name: timer(variant.call) for variant in variants}
+    times = timer(variants)
 
     rows = []
     copy = next(v for v in variants if v.name == "copy")
@@ -785,9 +796,9 @@ def main(argv=None) -> int:
 
     if device.type == "cuda":
         gpu_time, timing = gpu_timer(args)
-        timer_for = lambda threads: gpu_time  # noqa: E731
+        timer_for = lambda threads: lambda variants: {v.name: gpu_time(v.call) for v in variants}  # noqa: E731
     else:
-        timing = "torch.utils.benchmark.Timer.blocked_autorange (median)"
+        timing = f"torch.utils.benchmark.Timer.blocked_autorange, variants in turn, median of {args.rounds} rounds"
         timer_for = lambda threads: cpu_timer(args, threads)  # noqa: E731
     all_threads = torch.get_num_threads()
     meta = metadata(args, device, library, timing)

@@ -10,14 +10,15 @@
 # libstdc++.so. Fail here, naming the variable, instead of building a library that crashes later.
 
 function(custom_ops_links_shared_libstdcxx compiler result)
-  set(probe_dir "${CMAKE_BINARY_DIR}/CMakeFiles/custom_ops_libstdcxx_probe")
+  set(probe_dir "${CMAKE_BINARY_DIR}/CMakeFiles/custom_ops_toolchain_check")
   file(WRITE "${probe_dir}/probe.cpp"
     "#include <sstream>\nint main() { std::ostringstream s; s << 42; return s.str().size() == 2 ? 0 : 1; }\n")
   get_filename_component(name "${compiler}" NAME)
   set(probe "${probe_dir}/probe-${name}")
+  file(REMOVE "${probe}")
   execute_process(COMMAND "${compiler}" "${probe_dir}/probe.cpp" -o "${probe}"
                   RESULT_VARIABLE failed OUTPUT_VARIABLE log ERROR_VARIABLE log)
-  if(failed)
+  if(failed OR NOT EXISTS "${probe}")
     message(FATAL_ERROR "custom-ops: ${compiler} cannot build a C++ program:\n${log}")
   endif()
   execute_process(COMMAND "${CMAKE_OBJDUMP}" -p "${probe}" OUTPUT_VARIABLE headers COMMAND_ERROR_IS_FATAL ANY)
@@ -46,8 +47,11 @@ function(custom_ops_require_shared_libstdcxx)
     string(REGEX REPLACE "^([^=]+)=(.*)$" "\\1;\\2" parts "${setting}")
     list(GET parts 0 variable)
     list(GET parts 1 compiler)
+    unset(shared)
     custom_ops_links_shared_libstdcxx("${compiler}" shared)
-    if(NOT shared)
+    if(NOT DEFINED shared)
+      return()  # the probe itself failed, and CMake has said why
+    elseif(NOT shared)
       message(FATAL_ERROR
         "custom-ops: ${variable}=${compiler} links libstdc++ statically (a C++ program it builds does "
         "not need libstdc++.so). libcustom_ops.so would carry a second C++ runtime beside libtorch's "

@@ -323,6 +323,10 @@ def worker(rank, port, backend, device_type, result_dir):
     finally:
         results["seconds"] = time.perf_counter() - started
         pathlib.Path(result_dir, f"rank{rank}.json").write_text(json.dumps(results, indent=1))
+        # Both ranks done with every collective before either tears its group down: a rank that
+        # destroyed its gloo group while the other was still in it aborted the other once in CI
+        # ("terminate called without an active exception").
+        dist.barrier()
         dist.destroy_process_group()
 
 

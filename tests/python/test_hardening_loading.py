@@ -181,6 +181,34 @@ def test_the_build_records_the_torch_it_was_built_against_and_it_is_this_one():
     )
 
 
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
+def test_a_cpp_consumer_that_finds_another_torch_release_fails_at_configure(tmp_path):
+    """find_package(CustomOps) refuses a libtorch of another release by name, rather than letting
+    the app fail later at link or load time on undefined symbols that name neither version."""
+    config, recorded = _recorded_cmake_torch_version()
+    if config is None:
+        pytest.skip(f"no CustomOpsConfig.cmake recording CUSTOM_OPS_TORCH_VERSION beside {LIBRARY}")
+    other = "2.10.0" if release(recorded) != "2.10.0" else "2.9.0"
+    fake_torch = tmp_path / "fake-libtorch" / "share" / "cmake" / "Torch"
+    fake_torch.mkdir(parents=True)
+    (fake_torch / "TorchConfig.cmake").write_text("set(TORCH_LIBRARIES torch)\n")
+    (fake_torch / "TorchConfigVersion.cmake").write_text(
+        f'set(PACKAGE_VERSION "{other}")\nset(PACKAGE_VERSION_COMPATIBLE TRUE)\n')
+    consumer = tmp_path / "consumer"
+    consumer.mkdir()
+    (consumer / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.25)\nproject(consumer LANGUAGES CXX)\n"
+        "find_package(CustomOps REQUIRED)\n")
+    result = subprocess.run(
+        ["cmake", "-S", str(consumer), "-B", str(tmp_path / "build"), f"-DCustomOps_DIR={config.parent}",
+         f"-DCMAKE_PREFIX_PATH={tmp_path / 'fake-libtorch'}"],
+        capture_output=True, text=True, timeout=300,
+    )
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0, output
+    assert f"custom-ops was built against torch {recorded}, but find_package(Torch) found torch '{other}'" in output
+
+
 # The `custom_ops` package (python/custom_ops), when it is installed: it records the torch
 # release it was built against and refuses any other on import.
 

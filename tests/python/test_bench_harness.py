@@ -1,0 +1,40 @@
+"""The benchmark harness (bench/bench_weighted_sum.py) on the CPU, at toy sizes: it checks every
+variant's values before timing, and writes one JSON row per variant, size and thread count with
+the ratios its targets are judged on."""
+import json
+import subprocess
+import sys
+
+from conftest import LIBRARY, REPO
+
+
+def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
+    output = tmp_path / "result.json"
+    command = [
+        sys.executable, str(REPO / "bench" / "bench_weighted_sum.py"), "--cpu", "--library", str(LIBRARY),
+        "--min-log2", "10", "--max-log2", "11", "--host-max-log2", "10", "--dtypes", "float32,bfloat16",
+        "--layouts", "contiguous,broadcast", "--threads", "1", "--no-compile", "--min-run-time", "0.02",
+        "--rounds", "2", "--output", str(output),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    data = json.loads(output.read_text())
+    assert data["device"] == "cpu" and "median of 2 rounds" in data["timing"]
+
+    forward = [row for row in data["rows"] if row["kind"] == "forward"]
+    sizes = {(row["dtype"], row["layout"], row["log2n"]) for row in forward}
+    assert sizes == {(d, l, n) for d in ("float32", "bfloat16") for l in ("contiguous", "broadcast") for n in (10, 11)}
+    for size in sizes:
+        variants = {row["variant"]: row for row in forward if (row["dtype"], row["layout"], row["log2n"]) == size}
+        assert set(variants) == {"copy", "add_out", "eager", "ours", "ours_out"}
+        assert variants["add_out"]["vs_add"] == 1.0
+        for row in variants.values():
+            assert row["median_us"] > 0 and row["gbps"] > 0
+            # vs_add is torch.add(out=)'s time over this variant's, as the targets read it.
+            assert abs(row["vs_add"] - variants["add_out"]["median_us"] / row["median_us"]) < 0.01 * row["vs_add"]
+
+    fwd_bwd = [row for row in data["rows"] if row["kind"] == "fwd_bwd"]
+    assert {row["variant"] for row in fwd_bwd} == {"ours_fwd_bwd", "eager_fwd_bwd"}
+    assert all(row["layout"] == "contiguous" and row["vs_floor"] > 0 for row in fwd_bwd)
+    assert {row["variant"] for row in data["rows"] if row["kind"] == "host"} == {"ours", "add", "eager"}
+    assert any(target["target"].startswith("CPU") for target in data["summary"])
