@@ -3,15 +3,18 @@
 # CUDA kernels against that torch, run every C++ and Python test, the CUDA tests again under
 # compute-sanitizer, and (with --bench) the benchmark. Logs go to $OUT (default ./gpu-check-out);
 # the last lines printed are the summary.
-# Options: --bench (also run the benchmark), --no-sanitizers (skip memcheck and racecheck).
+# Options: --bench (also run the benchmark), --bench-only (build, then only the benchmark),
+# --no-sanitizers (skip memcheck and racecheck). One command may run 10 minutes on the device
+# machine: the tests (~8 min on an H200 machine) and --bench-only (~4 min) fit one each.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BENCH=0 SANITIZERS=1
+BENCH=0 TESTS=1 SANITIZERS=1
 for arg in "$@"; do
   case $arg in
     --bench) BENCH=1 ;;
+    --bench-only) BENCH=1 TESTS=0 ;;
     --no-sanitizers) SANITIZERS=0 ;;
-    *) echo "usage: $0 [--bench] [--no-sanitizers]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--bench | --bench-only] [--no-sanitizers]" >&2; exit 2 ;;
   esac
 done
 OUT=${OUT:-$PWD/gpu-check-out}
@@ -22,9 +25,10 @@ export PYTHONUNBUFFERED=1
 summary=()
 step() {  # step NAME LOG SECONDS COMMAND...: runs with a time limit, logs, records PASS/FAIL
   local name=$1 log=$2 limit=$3; shift 3
+  local started=$SECONDS
   timeout "$limit" "$@" >"$OUT/$log" 2>&1
   local rc=$?
-  summary+=("$name: $([ $rc -eq 0 ] && echo PASS || echo "FAIL (rc=$rc)") | $(grep -E 'passed|failed|tests passed|error' "$OUT/$log" | tail -1)")
+  summary+=("$name: $([ $rc -eq 0 ] && echo PASS || echo "FAIL (rc=$rc)") in $((SECONDS - started)) s | $(grep -E 'passed|failed|tests passed|error' "$OUT/$log" | tail -1)")
   return $rc
 }
 
@@ -56,19 +60,21 @@ step build build.log 300 make install BUILD=$BUILD PREFIX="$PREFIX" CUDA=ON JOBS
 import torch; torch.ops.load_library('$PREFIX/lib/libcustom_ops.so')
 try: torch.ops.custom.weighted_sum(torch.randn(3), torch.randn(4))
 except RuntimeError as e: print('python error path OK:', str(e).splitlines()[0])"; } 2>&1 | tee -a "$OUT/machine.txt"
-step ctest ctest.log 120 ctest --test-dir $BUILD --output-on-failure -j4
 PY=$(cat $BUILD/python-path)
-# pytest-xdist, where present, spreads the tests over processes (one CUDA context each).
-PARALLEL=$("$PY" -c "import xdist" 2>/dev/null && echo "-n $(( $(nproc) > 24 ? 16 : $(nproc) / 2 ))" || true)
-step pytest pytest.log 300 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
-  "$PY" -m pytest tests/python -q -rs --durations=15 $PARALLEL
-# memcheck and racecheck over the CUDA GoogleTests; their small sizes keep them quick.
-# A pytest stopped by its time limit can leave xdist workers running: none may load the benchmark.
-pkill -f 'xdist|pytest' 2>/dev/null; sleep 2
-[ $SANITIZERS = 1 ] && step memcheck sanitizer.log 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
-  $BUILD/tests/cpp/custom_ops_tests --gtest_filter='*Cuda*'
-[ $SANITIZERS = 1 ] && step racecheck racecheck.log 150 compute-sanitizer --tool racecheck --error-exitcode 1 \
-  $BUILD/tests/cpp/custom_ops_tests --gtest_filter='*Cuda*'
+if [ $TESTS = 1 ]; then
+  step ctest ctest.log 120 ctest --test-dir $BUILD --output-on-failure -j4
+  # pytest-xdist, where present, spreads the tests over processes (one CUDA context each).
+  PARALLEL=$("$PY" -c "import xdist" 2>/dev/null && echo "-n $(( $(nproc) > 24 ? 16 : $(nproc) / 2 ))" || true)
+  step pytest pytest.log 300 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
+    "$PY" -m pytest tests/python -q -rs --durations=15 $PARALLEL
+  # memcheck and racecheck over the CUDA GoogleTests; their small sizes keep them quick.
+  if [ $SANITIZERS = 1 ]; then
+    step memcheck sanitizer.log 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
+      $BUILD/tests/cpp/custom_ops_tests --gtest_filter='*Cuda*'
+    step racecheck racecheck.log 150 compute-sanitizer --tool racecheck --error-exitcode 1 \
+      $BUILD/tests/cpp/custom_ops_tests --gtest_filter='*Cuda*'
+  fi
+fi
 if [ $BENCH = 1 ]; then
   step bench bench.log 240 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" \
     "$PY" bench/bench_weighted_sum.py --plot --output-dir "$OUT" --git-commit "${CUSTOM_OPS_GIT_COMMIT:-unknown}"
