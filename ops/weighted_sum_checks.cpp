@@ -1,6 +1,7 @@
 #include "weighted_sum_checks.h"
 
 #include <ATen/ExpandUtils.h>
+#include <ATen/native/TypeProperties.h>
 #include <c10/core/ScalarType.h>
 
 namespace custom::detail {
@@ -35,6 +36,10 @@ c10::SymDimVector broadcast_shape(
     const at::Tensor& a, const char* a_name, const at::Tensor& b, const char* b_name, const char* op) {
   const auto a_sizes = a.sym_sizes();
   const auto b_sizes = b.sym_sizes();
+  if (!a.unsafeGetTensorImpl()->has_symbolic_sizes_strides() &&
+      !b.unsafeGetTensorImpl()->has_symbolic_sizes_strides() && a.sizes().equals(b.sizes())) {
+    return c10::SymDimVector(a_sizes.begin(), a_sizes.end());  // the common case, without guards
+  }
   const auto ndim = std::max(a_sizes.size(), b_sizes.size());
   c10::SymDimVector shape(ndim);
   // Right-aligned, as numpy broadcasting; each comparison is a guard under symbolic shapes.
@@ -53,11 +58,19 @@ c10::SymDimVector broadcast_shape(
   return shape;
 }
 
+at::ScalarType result_dtype(const at::Tensor& a, const at::Tensor& b) {
+  // at::result_type's own rule, without its trip through the dispatcher.
+  at::native::ResultTypeState state{};
+  state = at::native::update_result_type_state(a, state);
+  state = at::native::update_result_type_state(b, state);
+  return at::native::result_type(state);
+}
+
 at::ScalarType check_forward_inputs(const at::Tensor& input, const at::Tensor& weight, const char* op) {
   check_operand(input, op, "input");
   check_operand(weight, op, "weight");
   check_same_device(input, "input", weight, "weight", op);
-  return at::result_type(input, weight);
+  return result_dtype(input, weight);
 }
 
 void check_destination(

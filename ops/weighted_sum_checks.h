@@ -20,6 +20,9 @@ void check_same_device(
 c10::SymDimVector broadcast_shape(
     const at::Tensor& a, const char* a_name, const at::Tensor& b, const char* b_name, const char* op);
 
+// torch.result_type(a, b): 0-dim tensors promote like Python scalars of their category.
+at::ScalarType result_dtype(const at::Tensor& a, const at::Tensor& b);
+
 // Checks input and weight of the functional/out overloads and returns the result dtype,
 // torch.result_type(input, weight) (0-dim tensors promote like Python scalars of their category).
 at::ScalarType check_forward_inputs(const at::Tensor& input, const at::Tensor& weight, const char* op);

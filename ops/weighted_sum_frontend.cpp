@@ -11,11 +11,16 @@ namespace custom::detail {
 
 namespace {
 
+// Whether the output may share memory with the inputs: a caller's out= or self may; a tensor
+// the frontend has just allocated cannot, and skipping the check saves a little per call.
+enum class Output { Given, Fresh };
+
 // Like ATen's binary ops: broadcasting, promotion to the common dtype, casting to the output,
 // and refusing outputs that partially overlap an input or themselves.
-at::TensorIterator elementwise_iterator(const at::Tensor& out, std::initializer_list<at::Tensor> inputs) {
+at::TensorIterator elementwise_iterator(
+    const at::Tensor& out, std::initializer_list<at::Tensor> inputs, Output output) {
   at::TensorIteratorConfig config;
-  config.set_check_mem_overlap(true).add_output(out);
+  config.set_check_mem_overlap(output == Output::Given).add_output(out);
   for (const auto& input : inputs) {
     config.add_const_input(input);
   }
@@ -25,11 +30,12 @@ at::TensorIterator elementwise_iterator(const at::Tensor& out, std::initializer_
       .build();
 }
 
-void run_forward(const at::Tensor& out, const at::Tensor& input, const at::Tensor& weight, Loop loop) {
+void run_forward(
+    const at::Tensor& out, const at::Tensor& input, const at::Tensor& weight, Loop loop, Output output) {
   if (loop == nullptr || out.numel() == 0) {
     return;
   }
-  auto iter = elementwise_iterator(out, {input, weight});
+  auto iter = elementwise_iterator(out, {input, weight}, output);
   loop(iter);
 }
 
@@ -51,7 +57,7 @@ at::Tensor gradient_for(
   }
   auto full = at::empty_symint(shape, argument.options().dtype(broadcast ? compute_dtype : argument.scalar_type()));
   if (loop != nullptr && full.numel() > 0) {
-    auto iter = elementwise_iterator(full, operands);
+    auto iter = elementwise_iterator(full, operands, Output::Fresh);
     loop(iter);
   }
   if (!broadcast) {
@@ -67,7 +73,7 @@ at::Tensor weighted_sum(const at::Tensor& input, const at::Tensor& weight, const
   const auto dtype = check_forward_inputs(input, weight, op);
   const auto shape = broadcast_shape(input, "input", weight, "weight", op);
   auto out = at::empty_symint(shape, input.options().dtype(dtype));
-  run_forward(out, input, weight, loops.forward);
+  run_forward(out, input, weight, loops.forward, Output::Fresh);
   return out;
 }
 
@@ -85,7 +91,7 @@ void weighted_sum_out(
   }
   // ATen's out= rule: resize a wrong-shaped out, warning when it held data.
   at::native::resize_output_symint(out, shape);
-  run_forward(out, input, weight, loops.forward);
+  run_forward(out, input, weight, loops.forward, Output::Given);
 }
 
 void weighted_sum_inplace(const at::Tensor& self, const at::Tensor& weight, const WeightedSumLoops& loops) {
@@ -93,13 +99,13 @@ void weighted_sum_inplace(const at::Tensor& self, const at::Tensor& weight, cons
   check_operand(self, op, "self");
   check_operand(weight, op, "weight");
   check_same_device(self, "self", weight, "weight", op);
-  check_destination(self, "self", at::result_type(self, weight), self.device(), op);
+  check_destination(self, "self", result_dtype(self, weight), self.device(), op);
   const auto shape = broadcast_shape(self, "self", weight, "weight", op);
   TORCH_CHECK(
       has_shape(self, shape),
       op, ": weight of shape ", weight.sym_sizes(), " would broadcast self of shape ", self.sym_sizes(),
       " to ", c10::SymIntArrayRef(shape), ", but an in-place op cannot resize self");
-  run_forward(self, self, weight, loops.forward);
+  run_forward(self, self, weight, loops.forward, Output::Given);
 }
 
 std::tuple<at::Tensor, at::Tensor> weighted_sum_backward(
@@ -126,6 +132,7 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward(
     auto grad_weight = at::empty_symint(shape, weight.options());
     if (loops.backward_fused != nullptr && grad_input.numel() > 0) {
       auto iter = at::TensorIteratorConfig()
+                      .set_check_mem_overlap(false)  // both outputs were just allocated
                       .add_output(grad_input)
                       .add_output(grad_weight)
                       .add_const_input(grad)
