@@ -1,6 +1,6 @@
-// Registers the CPU kernels with the loops of the best instruction set this processor and
-// libtorch agree on: at::get_cpu_capability() is ATen's own choice, which the environment
-// variable ATEN_CPU_CAPABILITY can lower, so ours always matches ATen's.
+// Registers the CPU kernels with the loops of the instruction set ATen's own elementwise kernels
+// run with: at::get_cpu_capability() is ATen's choice (ATEN_CPU_CAPABILITY can lower it), and on
+// an AVX512 CPU ATen's REGISTER_DISPATCH kernels (add, mul, ...) still run their AVX2 build.
 #include <ATen/Context.h>
 #include <ATen/Version.h>
 
@@ -14,10 +14,7 @@ const detail::WeightedSumLoops& selected_loops() {
   static const detail::WeightedSumLoops& loops = []() -> const detail::WeightedSumLoops& {
 #if defined(__x86_64__)
     const std::string capability = at::get_cpu_capability();
-    if (capability == "AVX512") {
-      return AVX512::weighted_sum_loops;
-    }
-    if (capability == "AVX2") {
+    if (capability == "AVX2" || capability == "AVX512") {
       return AVX2::weighted_sum_loops;
     }
 #endif

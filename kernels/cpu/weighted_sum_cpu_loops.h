@@ -11,8 +11,5 @@ extern const detail::WeightedSumLoops weighted_sum_loops;
 namespace AVX2 {
 extern const detail::WeightedSumLoops weighted_sum_loops;
 }
-namespace AVX512 {
-extern const detail::WeightedSumLoops weighted_sum_loops;
-}
 #endif
 }  // namespace custom::cpu

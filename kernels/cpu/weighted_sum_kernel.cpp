@@ -2,8 +2,8 @@
 // arguments and built a TensorIterator (broadcasting, strides, promotion); these loops only do
 // the arithmetic, with at::vec::Vectorized SIMD and at::parallel_for threads via cpu_kernel_vec.
 //
-// Like ATen's native/cpu kernels, this file is compiled once per instruction set (DEFAULT, AVX2,
-// AVX512; CMake sets CPU_CAPABILITY) and weighted_sum_cpu_dispatch.cpp picks one at run time.
+// Like ATen's native/cpu kernels, this file is compiled once per instruction set (DEFAULT and
+// AVX2; CMake sets CPU_CAPABILITY) and weighted_sum_cpu_dispatch.cpp picks one at run time.
 #include <algorithm>
 
 #include <ATen/Dispatch.h>

@@ -1,6 +1,13 @@
 """custom::weighted_sum values: every dtype pair and layout against a float64 reference."""
+import os
+import pathlib
+import subprocess
+import sys
+
 import pytest
 import torch
+
+from conftest import LIBRARY
 
 from reference import (
     DTYPE_PAIRS,
@@ -90,3 +97,32 @@ def test_special_values_propagate(device):
     w = torch.tensor([2.0, 1.0, float("inf"), -1.0, 0.0, float("-inf")], device=device)
     out = OPS.weighted_sum(x, w)
     torch.testing.assert_close(out, w * x.square(), equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("capability", ["default", "avx2"])
+def test_each_cpu_instruction_set_build_gives_the_reference_values(capability):
+    # The CPU loops are compiled per instruction set and picked from ATen's capability; this
+    # process runs one of them, so the others run in a fresh process with ATEN_CPU_CAPABILITY.
+    code = f"""
+import torch
+torch.ops.load_library({str(LIBRARY)!r})
+import sys; sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+from reference import (DTYPE_PAIRS, LAYOUT_NAMES, assert_close_sum, assert_close_to_reference, gradient_reference,
+                       make_inputs, reference)
+print(torch.backends.cpu.get_cpu_capability())
+for layout in LAYOUT_NAMES:
+    for input_dtype, weight_dtype in DTYPE_PAIRS:
+        x, w = make_inputs(layout, input_dtype, weight_dtype, "cpu")
+        assert_close_to_reference(torch.ops.custom.weighted_sum(x, w), reference(x, w))
+        if input_dtype == weight_dtype and x.shape == w.shape:
+            grad = torch.randn(x.shape, dtype=input_dtype)
+            got = torch.ops.custom.weighted_sum_backward(grad, x, w, [True, True])
+            for actual, (expected, scale) in zip(got, gradient_reference(grad, x, w)):
+                assert_close_sum(actual, expected, scale, actual.dtype)
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "ATEN_CPU_CAPABILITY": capability})
+    assert result.returncode == 0 and result.stdout.split()[-1] == "ok", result.stdout[-2000:] + result.stderr[-3000:]
+    if torch.backends.cpu.get_cpu_capability() != "DEFAULT":  # else ATen cannot raise it to AVX2
+        assert result.stdout.split()[0] == capability.upper()
