@@ -3,9 +3,9 @@
 # CUDA kernels against that torch, run every C++ and Python test, the CUDA tests again under
 # compute-sanitizer, and (with --bench) the benchmark. Logs go to $OUT (default ./gpu-check-out);
 # the last lines printed are the summary.
-# Options: --bench (also run the benchmark), --bench-only (build, then only the benchmark),
-# --no-sanitizers (skip memcheck and racecheck). One command may run 10 minutes on the device
-# machine: the tests (~8 min on an H200 machine) and --bench-only (~4 min) fit one each.
+# Options: --bench (also run the benchmark), --bench-only (no ctest/pytest: the sanitizers and
+# the benchmark), --no-sanitizers (skip memcheck and racecheck). One command may run 10 minutes
+# on the device machine, so there: `--no-sanitizers` (build, ctest, pytest), then `--bench-only`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BENCH=0 TESTS=1 SANITIZERS=1
@@ -65,15 +65,15 @@ if [ $TESTS = 1 ]; then
   step ctest ctest.log 120 ctest --test-dir $BUILD --output-on-failure -j4
   # pytest-xdist, where present, spreads the tests over processes (one CUDA context each).
   PARALLEL=$("$PY" -c "import xdist" 2>/dev/null && echo "-n $(( $(nproc) > 24 ? 16 : $(nproc) / 2 ))" || true)
-  step pytest pytest.log 300 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
+  step pytest pytest.log 400 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
     "$PY" -m pytest tests/python -q -rs --durations=15 $PARALLEL
-  # memcheck and racecheck over the CUDA GoogleTests; their small sizes keep them quick.
-  if [ $SANITIZERS = 1 ]; then
-    step memcheck sanitizer.log 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
-      $BUILD/tests/cpp/custom_ops_tests --gtest_filter='*Cuda*'
-    step racecheck racecheck.log 150 compute-sanitizer --tool racecheck --error-exitcode 1 \
-      $BUILD/tests/cpp/custom_ops_tests --gtest_filter='*Cuda*'
-  fi
+fi
+# memcheck and racecheck over the CUDA GoogleTests; their small sizes keep them quick.
+if [ $SANITIZERS = 1 ]; then
+  step memcheck sanitizer.log 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    $BUILD/tests/cpp/custom_ops_tests --gtest_filter='*Cuda*'
+  step racecheck racecheck.log 150 compute-sanitizer --tool racecheck --error-exitcode 1 \
+    $BUILD/tests/cpp/custom_ops_tests --gtest_filter='*Cuda*'
 fi
 if [ $BENCH = 1 ]; then
   step bench bench.log 240 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" \
