@@ -202,6 +202,33 @@ def broadcast_shape(layout):
     return tuple(torch.broadcast_shapes(x_shape, w_shape))
 
 
+def valid_arguments(device, shape=(3, 4), weight_shape=(4,)):
+    """Float32 arguments every overload accepts, by schema name; error tests replace one of them.
+
+    weight_shape must broadcast to shape (or, to provoke that error, not broadcast at all).
+    """
+    return {
+        "input": torch.randn(shape, device=device),
+        "self": torch.randn(shape, device=device),
+        "weight": torch.randn(weight_shape, device=device),
+        "out": torch.randn(shape, device=device),
+        "grad": torch.randn(shape, device=device),
+    }
+
+
+def call_overload(op, args, output_mask=(True, True)):
+    """Calls the overload named `op` ("weighted_sum", "weighted_sum.out", ...) with args by name."""
+    if op == "weighted_sum":
+        return OPS.weighted_sum(args["input"], args["weight"])
+    if op == "weighted_sum.out":
+        return OPS.weighted_sum.out(args["input"], args["weight"], out=args["out"])
+    if op == "weighted_sum_":
+        return OPS.weighted_sum_(args["self"], args["weight"])
+    if op == "weighted_sum_backward":
+        return OPS.weighted_sum_backward(args["grad"], args["input"], args["weight"], list(output_mask))
+    raise ValueError(op)
+
+
 def poisoned(shape, dtype, device, kind="contiguous"):
     """An output tensor of `shape` laid out as `kind`, every element NaN (so unwritten ones show)."""
     return make_tensor(shape, dtype, device, kind).fill_(float("nan"))

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import CUDA_BUILT, HAS_GPU
-from reference import NON_STRIDED_LAYOUTS
+from reference import NON_STRIDED_LAYOUTS, call_overload, valid_arguments
 
 OPS = torch.ops.custom
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -35,29 +35,6 @@ OVERLOAD_ARGS = {
 }
 OVERLOAD_ARG_PAIRS = [(op, arg) for op, args in OVERLOAD_ARGS.items() for arg in args]
 PAIR_IDS = [f"{op}-{arg}" for op, arg in OVERLOAD_ARG_PAIRS]
-
-
-def valid_args(device, shape=(3, 4), weight_shape=(4,)):
-    """Float32 arguments that every overload accepts; a test swaps one of them for a bad one."""
-    return {
-        "input": torch.randn(shape, device=device),
-        "self": torch.randn(shape, device=device),
-        "weight": torch.randn(weight_shape, device=device),
-        "out": torch.randn(shape, device=device),
-        "grad": torch.randn(shape, device=device),
-    }
-
-
-def call(op, args):
-    if op == "weighted_sum":
-        return OPS.weighted_sum(args["input"], args["weight"])
-    if op == "weighted_sum.out":
-        return OPS.weighted_sum.out(args["input"], args["weight"], out=args["out"])
-    if op == "weighted_sum_":
-        return OPS.weighted_sum_(args["self"], args["weight"])
-    if op == "weighted_sum_backward":
-        return OPS.weighted_sum_backward(args["grad"], args["input"], args["weight"], [True, True])
-    raise ValueError(op)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,10 +120,10 @@ def tensor_of_dtype(like, dtype):
 @pytest.mark.parametrize("dtype", list(BAD_DTYPES), ids=[str(d).removeprefix("torch.") for d in BAD_DTYPES])
 @pytest.mark.parametrize("op,arg", OVERLOAD_ARG_PAIRS, ids=PAIR_IDS)
 def test_unsupported_dtype_is_rejected_naming_the_argument(device, op, arg, dtype):
-    args = valid_args(device)
+    args = valid_arguments(device)
     args[arg] = tensor_of_dtype(args[arg], dtype)
     assert_rejected(
-        lambda: call(op, args),
+        lambda: call_overload(op, args),
         args,
         rf"{arg} must have dtype float16, bfloat16, float32 or float64, got {BAD_DTYPES[dtype]}\b",
     )
@@ -174,9 +151,9 @@ def _device_mismatch_cases(home, other):
 
 
 def _check_device_mismatch(home, other, op, arg, match):
-    args = valid_args(home)
+    args = valid_arguments(home)
     args[arg] = args[arg].to(other)
-    assert_rejected(lambda: call(op, args), args, match)
+    assert_rejected(lambda: call_overload(op, args), args, match)
 
 
 @pytest.mark.parametrize("op,arg,match", _device_mismatch_cases("cpu", "meta"))
@@ -274,11 +251,11 @@ def test_non_strided_layout_is_rejected_naming_the_argument(device, layout, op, 
     if layout == "mkldnn" and (device != "cpu" or not torch.backends.mkldnn.is_available()):
         pytest.skip("mkldnn tensors exist only on CPU builds with oneDNN")
     make, layout_words = NON_STRIDED_LAYOUTS[layout]
-    args = valid_args(device, weight_shape=(3, 4))  # sparse CSR is 2-D only
+    args = valid_arguments(device, weight_shape=(3, 4))  # sparse CSR is 2-D only
     args[arg] = make(args[arg])
     before = snapshot_all(args)
     try:
-        call(op, args)
+        call_overload(op, args)
     except RuntimeError as error:
         message = str(error)
     else:
@@ -291,12 +268,12 @@ def test_non_strided_layout_is_rejected_naming_the_argument(device, layout, op, 
 def test_jagged_nested_tensor_is_refused_without_crashing(device, op, arg):
     # A jagged nested tensor is a Python tensor subclass: its __torch_dispatch__ refuses ops it
     # does not know with NotImplementedError before the library sees it.
-    args = valid_args(device)
+    args = valid_arguments(device)
     args[arg] = torch.nested.nested_tensor(
         [torch.randn(4, device=device), torch.randn(2, 4, device=device)[0]], layout=torch.jagged
     )
     assert_rejected(
-        lambda: call(op, args), args, r"weighted_sum|dense strided|nested", exception=(RuntimeError, NotImplementedError)
+        lambda: call_overload(op, args), args, r"weighted_sum|dense strided|nested", exception=(RuntimeError, NotImplementedError)
     )
 
 

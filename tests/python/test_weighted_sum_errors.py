@@ -5,7 +5,16 @@ import pytest
 import torch
 
 from conftest import CUDA_BUILT, DEVICES, HAS_GPU
-from reference import NON_STRIDED_LAYOUTS, OPS, assert_storage_unchanged, dtype_name, nested, storage_snapshot
+from reference import (
+    NON_STRIDED_LAYOUTS,
+    OPS,
+    assert_storage_unchanged,
+    call_overload,
+    dtype_name,
+    nested,
+    storage_snapshot,
+    valid_arguments,
+)
 
 needs_cuda = pytest.mark.skipif(not (HAS_GPU and CUDA_BUILT), reason="needs a GPU and the CUDA kernels")
 
@@ -30,32 +39,6 @@ UNSUPPORTED_DTYPES = {
     torch.complex64: "ComplexFloat",
     torch.complex128: "ComplexDouble",
 }
-
-
-def valid_arguments(device, shape=(3, 4), weight_shape=(4,)):
-    """Float32 arguments every overload accepts; tests replace one of them.
-
-    weight_shape must broadcast to shape (or, to provoke that error, not broadcast at all).
-    """
-    return {
-        "input": torch.randn(shape, device=device),
-        "self": torch.randn(shape, device=device),
-        "weight": torch.randn(weight_shape, device=device),
-        "out": torch.randn(shape, device=device),
-        "grad": torch.randn(shape, device=device),
-    }
-
-
-def call(op, args, output_mask=(True, True)):
-    if op == "weighted_sum":
-        return OPS.weighted_sum(args["input"], args["weight"])
-    if op == "weighted_sum.out":
-        return OPS.weighted_sum.out(args["input"], args["weight"], out=args["out"])
-    if op == "weighted_sum_":
-        return OPS.weighted_sum_(args["self"], args["weight"])
-    if op == "weighted_sum_backward":
-        return OPS.weighted_sum_backward(args["grad"], args["input"], args["weight"], list(output_mask))
-    raise ValueError(op)
 
 
 def snapshot(args):
@@ -90,7 +73,7 @@ def test_unsupported_dtype_raises_naming_the_argument(device, op, arg, dtype):
     name, _ = OVERLOADS[op]
     message = rf"{re.escape(name)}: {arg} must have dtype float16, bfloat16, float32 or float64, got {UNSUPPORTED_DTYPES[dtype]}"
     with pytest.raises(RuntimeError, match=message):
-        call(op, args)
+        call_overload(op, args)
     if before is not None:
         assert_unchanged(args, before)
 
@@ -109,7 +92,7 @@ def test_non_broadcastable_shapes_raise(device, op):
         r" \(dimension 1: 4 vs 5\)"
     )
     with pytest.raises(RuntimeError, match=message):
-        call(op, args)
+        call_overload(op, args)
     if before is not None:
         assert_unchanged(args, before)  # in particular, out= is not resized
 
@@ -123,7 +106,7 @@ def test_inplace_non_broadcastable_weight_raises(device):
         r" \(dimension 0: 3 vs 2\)"
     )
     with pytest.raises(RuntimeError, match=message):
-        call("weighted_sum_", args)
+        call_overload("weighted_sum_", args)
     if before is not None:
         assert_unchanged(args, before)
 
@@ -135,7 +118,7 @@ def test_backward_grad_of_wrong_shape_raises(device, grad_shape):
     args["grad"] = torch.randn(grad_shape, device=device)
     message = r"custom::weighted_sum_backward: grad of shape \[.*\] does not match the output shape \[3, 4\]"
     with pytest.raises(RuntimeError, match=message):
-        call("weighted_sum_backward", args)
+        call_overload("weighted_sum_backward", args)
 
 
 # --------------------------------------------------------------------------------- devices
@@ -162,7 +145,7 @@ def test_argument_on_another_device_raises(device, other, op, arg):
     args[arg] = args[arg].to(other)
     before = snapshot(args)
     with pytest.raises(RuntimeError, match=OTHER_DEVICE_MESSAGES[op, arg]):
-        call(op, args)
+        call_overload(op, args)
     assert_unchanged(args, before)
 
 
@@ -192,7 +175,7 @@ def test_non_strided_layout_raises_naming_the_argument(device, layout, op, arg):
     before = snapshot(args)
     message = rf"custom::weighted_sum\w*: {arg} must be a dense strided tensor, got {problem}"
     with pytest.raises(RuntimeError, match=message):
-        call(op, args)
+        call_overload(op, args)
     assert_unchanged(args, before)
 
 
@@ -202,7 +185,7 @@ def test_nested_grad_to_backward_computing_nothing_raises_naming_grad(device):
     args = valid_arguments(device, shape=(3, 4), weight_shape=(3, 4))
     args["grad"] = nested(args["grad"])
     with pytest.raises(RuntimeError, match="custom::weighted_sum_backward: grad must be a dense strided tensor"):
-        call("weighted_sum_backward", args, output_mask=(False, False))
+        call_overload("weighted_sum_backward", args, output_mask=(False, False))
 
 
 @pytest.mark.filterwarnings("ignore:.*nested tensors.*:UserWarning")
@@ -218,4 +201,4 @@ def test_sparse_input_requiring_grad_raises(device, arg):
     args = valid_arguments(device, shape=(3, 4), weight_shape=(3, 4))
     args[arg] = args[arg].to_sparse().requires_grad_()
     with pytest.raises(RuntimeError, match=rf"custom::weighted_sum: {arg} must be a dense strided tensor"):
-        call("weighted_sum", args)
+        call_overload("weighted_sum", args)
