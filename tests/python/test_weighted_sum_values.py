@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from conftest import LIBRARY
-
 from reference import (
     DTYPE_PAIRS,
     LAYOUT_NAMES,
