@@ -76,7 +76,7 @@ if [ $SANITIZERS = 1 ]; then
     $BUILD/tests/cpp/custom_ops_tests --gtest_filter='*Cuda*'
 fi
 if [ $BENCH = 1 ]; then
-  step bench bench.log 240 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" \
+  step bench bench.log 300 env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" \
     "$PY" bench/bench_weighted_sum.py --plot --output-dir "$OUT" --git-commit "${CUSTOM_OPS_GIT_COMMIT:-unknown}"
 fi
 
