@@ -50,7 +50,9 @@ rm -f "$OUT/libstdcxx-probe"
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
-  nvcc --version | tail -1; "${CXX:-g++}" --version | head -1; git rev-parse HEAD 2>/dev/null; } >"$OUT/machine.txt" 2>&1
+  nvcc --version | tail -1; "${CXX:-g++}" --version | head -1
+  # The device machine's copy of the tree may carry a stale .git: the caller's commit wins.
+  echo "commit ${CUSTOM_OPS_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; } >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
 step build build.log 300 make install BUILD=$BUILD PREFIX="$PREFIX" CUDA=ON JOBS=$(nproc) || { tail -50 "$OUT/build.log"; exit 1; }
