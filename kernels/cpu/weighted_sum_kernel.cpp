@@ -71,15 +71,15 @@ class Rows {
   const int64_t* strides_;
 };
 
-// Whether `iter`'s outputs should bypass the cache: its operands (an upper bound: a broadcast
-// operand counts at full size) are larger than the last-level cache, so they cannot stay there.
+// Whether `iter`'s outputs should bypass the cache: its operands (each at its own size, so a
+// broadcast weight counts once) are larger than the last-level cache, so cannot stay there.
 bool streams(const at::TensorIteratorBase& iter) {
   if constexpr (!kCanStream) {
     return false;
   }
   int64_t bytes = 0;
   for (int operand = 0; operand < iter.ntensors(); ++operand) {
-    bytes += iter.numel() * iter.element_size(operand);
+    bytes += iter.tensor_base(operand).numel() * iter.element_size(operand);
   }
   return bytes >= cpu::streaming_min_bytes();
 }
