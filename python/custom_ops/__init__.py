@@ -66,7 +66,8 @@ def _load() -> None:
     if str(_LIBRARY) in torch.ops.loaded_libraries:
         return
     if _operators_registered():
-        # A second copy of the library would abort the process (one TORCH_LIBRARY per namespace).
+        # A second copy would replace the first one's kernels with its own (see
+        # ops/weighted_sum_schema.cpp): two builds in one process are refused here instead.
         others = sorted(path for path in torch.ops.loaded_libraries if "custom_ops" in pathlib.Path(path).name)
         raise ImportError(
             f"the `custom` operators are already registered in this process by another copy of the library "
