@@ -123,6 +123,7 @@ void forward_loop(at::TensorIteratorBase& iter) {
   DISPATCH_FLOATING(iter, "weighted_sum_cpu", [&] {
     if (streams(iter)) {
       iter.for_each(forward_streaming_rows<scalar_t>);
+      iter.cast_outputs();  // an out= of another dtype got a common-dtype buffer (as cpu_kernel_vec)
       return;
     }
     at::native::cpu_kernel_vec(
@@ -204,6 +205,7 @@ void backward_fused_loop(at::TensorIteratorBase& iter) {
     } else {
       iter.for_each(backward_fused_rows<scalar_t, false>);
     }
+    iter.cast_outputs();
   });
 }
 

@@ -21,7 +21,8 @@ TESTS_DIR = pathlib.Path(__file__).parent
 # Outputs of every shape the streaming rows treat differently: lengths around the vector width
 # (8 float, 16 half lanes), outputs offset from the vector alignment by 0-3 elements, weight
 # contiguous, broadcast over rows, or one value per row (inner stride 0), a transposed input
-# (no vector rows), the fused backward, and tensors large enough to be split over threads.
+# (no vector rows), an out= of a wider dtype, the fused backward, and tensors large enough to be
+# split over threads.
 CASES = """
 import sys
 import torch
@@ -48,6 +49,10 @@ for dtype in FLOAT_DTYPES:
                 torch.ops.custom.weighted_sum.out(x, w, out=out)
                 assert_close_to_reference(out, reference(x, w))
                 results.append(out)
+            wider = torch.full((n,), float("nan"), dtype=torch.float64)  # out= of another dtype
+            torch.ops.custom.weighted_sum.out(x, weights["contiguous"], out=wider)
+            assert_close_to_reference(wider, reference(x, weights["contiguous"]), dtype)
+            results.append(wider)
         rows = torch.randn(5, n, dtype=dtype)
         for w in (torch.randn(n, dtype=dtype), torch.randn(5, 1, dtype=dtype), torch.randn(n, 5, dtype=dtype).t()):
             y = torch.ops.custom.weighted_sum(rows, w)
