@@ -4,8 +4,9 @@
 //
 // Like ATen's native/cpu kernels, this file is compiled once per instruction set (DEFAULT and
 // AVX2; CMake sets CPU_CAPABILITY) and weighted_sum_cpu_dispatch.cpp picks one at run time.
-// Operands larger than the last-level cache are written with streaming stores (see
-// streaming_store.h): ATen's loops do not, and there it saves a quarter to a third of the traffic.
+// When the operands are larger than the last-level cache, the outputs are written with streaming
+// stores (streaming_store.h): ATen's loops do not, and it saves a quarter of the memory traffic
+// of the forward and two sevenths of the fused backward's (no read of each output line).
 #include <algorithm>
 #include <tuple>
 
