@@ -21,7 +21,9 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FORWARD = ("copy", "add_out", "eager", "compile", "ours", "ours_out")
-FWD_BWD = ("ours_fwd_bwd", "eager_fwd_bwd", "compile_fwd_bwd", "ours_fwd_bwd_graph", "eager_fwd_bwd_graph")
+FWD_BWD = (
+    "ours_fwd_bwd", "eager_fwd_bwd", "compile_fwd_bwd", "ours_fwd_bwd_graph", "eager_fwd_bwd_graph", "add_fwd_bwd",
+)
 LABELS = {
     "copy": "y.copy_(x) (2 streams)",
     "add_out": "torch.add(out=) (3 streams)",
@@ -34,15 +36,16 @@ LABELS = {
     "compile_fwd_bwd": "torch.compile autograd",
     "ours_fwd_bwd_graph": "ours, CUDA-graph replay",
     "eager_fwd_bwd_graph": "eager autograd, CUDA-graph replay",
+    "add_fwd_bwd": "torch.add autograd (host floor)",
 }
 # The ceilings dotted/dashed, the contenders solid, their CUDA-graph replays dash-dotted.
-STYLE = {"copy": ":", "add_out": "--", "ours_fwd_bwd_graph": "-.", "eager_fwd_bwd_graph": "-."}
+STYLE = {"copy": ":", "add_out": "--", "ours_fwd_bwd_graph": "-.", "eager_fwd_bwd_graph": "-.", "add_fwd_bwd": "--"}
 # One colour per implementation, the same in the forward and the forward+backward panels.
 COLORS = {
     "copy": "tab:gray", "add_out": "tab:blue", "eager": "tab:green", "compile": "tab:orange",
     "ours": "tab:red", "ours_out": "tab:purple",
     "ours_fwd_bwd": "tab:red", "eager_fwd_bwd": "tab:green", "compile_fwd_bwd": "tab:orange",
-    "ours_fwd_bwd_graph": "tab:red", "eager_fwd_bwd_graph": "tab:green",
+    "ours_fwd_bwd_graph": "tab:red", "eager_fwd_bwd_graph": "tab:green", "add_fwd_bwd": "tab:blue",
 }
 
 

@@ -3,12 +3,15 @@
 // what a hand-written launch would have to get right: 16-byte vectorized loads on aligned
 // contiguous operands (with a fallback for misaligned ones such as x[1:]), strided and broadcast
 // indexing, splitting of tensors past 2^31 elements, the current stream and the launch check.
+// The forward leaves it for two layouts where its strided loop is far from the bandwidth limit:
+// a broadcast row or column, and a transposed input (forward_layout.h).
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/native/cuda/Loops.cuh>
 #include <c10/cuda/CUDAGuard.h>
 #include <thrust/tuple.h>
 
+#include "kernels/cuda/forward_kernels.h"
 #include "ops/weighted_sum_registration.h"
 
 namespace custom {
@@ -30,6 +33,15 @@ class CudaDeviceGuard {
 // Half and bfloat16 compute in float (opmath) and round once. The forward keeps the operation
 // order of `w * x.square()`, so float32/float64 results match it bitwise.
 void forward_loop(at::TensorIteratorBase& iter) {
+  const auto plan = cuda::plan_forward(iter);
+  switch (plan.layout) {
+    case cuda::ForwardLayout::Broadcast:
+      return cuda::launch_forward_broadcast(iter, plan.broadcast);
+    case cuda::ForwardLayout::Transposed:
+      return cuda::launch_forward_transposed(iter, plan.transposed);
+    case cuda::ForwardLayout::Generic:
+      break;
+  }
   DISPATCH_FLOATING(iter, "weighted_sum_cuda", [&] {
     using opmath_t = at::opmath_type<scalar_t>;
     at::native::gpu_kernel(iter, [] GPU_LAMBDA(scalar_t x, scalar_t w) -> scalar_t {

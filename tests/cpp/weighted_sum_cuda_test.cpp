@@ -116,6 +116,34 @@ TEST_F(WeightedSumCuda, NonContiguousMisalignedZeroDimEmptyAndLargeOperandsMatch
   EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(x, w), x, w));
 }
 
+// The broadcast and transposed kernels (kernels/cuda/forward_layout.h picks them), at sizes with
+// partial blocks and partial tiles; under compute-sanitizer these are what memcheck and
+// racecheck (the tiles' shared memory) look at.
+TEST_F(WeightedSumCuda, BroadcastAndTransposedKernelsMatchReference) {
+  constexpr int64_t kWideCols = 96;  // whole 16-byte vectors for every dtype
+  for (const auto dtype : kFloatingDtypes) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const auto x = random({kRows, kWideCols}, dtype, cuda);
+    const auto row = random({kWideCols}, dtype, cuda);
+    const auto column = random({kRows, 1}, dtype, cuda);
+    EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(x, row), x, row));
+    EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(x, column), x, column));
+    EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(row, x), row, x));
+    EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(column, x), column, x));
+
+    const auto t = custom_ops_test::transposed(kRows, kCols, dtype, cuda);
+    const auto c = random({kRows, kCols}, dtype, cuda);
+    const auto w = random({kCols}, dtype, cuda);
+    EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(t, c), t, c));
+    EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(c, t), c, t));
+    EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(t, t), t, t));
+    EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(t, w), t, w));
+    auto out = nan_filled({kCols, kRows}, dtype, cuda).t();  // column-major out=
+    custom::weighted_sum_out(out, c, w);
+    EXPECT_TRUE(AllClose(out, reference(c, w), dtype));
+  }
+}
+
 TEST_F(WeightedSumCuda, AutogradAndBackwardOpGiveAnalyticGradients) {
   for (const auto dtype : kFloatingDtypes) {
     SCOPED_TRACE(c10::toString(dtype));

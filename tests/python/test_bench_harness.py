@@ -34,7 +34,7 @@ def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
             assert abs(row["vs_add"] - variants["add_out"]["median_us"] / row["median_us"]) < 0.01 * row["vs_add"]
 
     fwd_bwd = [row for row in data["rows"] if row["kind"] == "fwd_bwd"]
-    assert {row["variant"] for row in fwd_bwd} == {"ours_fwd_bwd", "eager_fwd_bwd"}
+    assert {row["variant"] for row in fwd_bwd} == {"ours_fwd_bwd", "eager_fwd_bwd", "add_fwd_bwd"}
     assert all(row["layout"] == "contiguous" and row["vs_floor"] > 0 for row in fwd_bwd)
     assert {row["variant"] for row in data["rows"] if row["kind"] == "host"} == {"ours", "add", "eager"}
     assert any(target["target"].startswith("CPU") for target in data["summary"])

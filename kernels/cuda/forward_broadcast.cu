@@ -1,0 +1,109 @@
+// out[r, c] = w * x**2 where out and one input are contiguous [R, C] and the other input is a
+// row [C] repeated down the rows or a column [R, 1] repeated along them. gpu_kernel sees a
+// stride-0 operand and takes its strided, one-element-per-load loop; here every load and store
+// is 16 bytes, and the repeated operand's index comes from a multiply-shift divider.
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/detail/IntegerDivider.cuh>
+#include <ATen/native/cuda/MemoryAccess.cuh>
+#include <c10/cuda/CUDAException.h>
+
+#include "kernels/cuda/forward_kernels.h"
+
+namespace custom::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kVectorsPerThread = 4;  // all loads of a thread in flight before the first store
+
+template <typename scalar_t>
+constexpr int kVectorSize = kVectorBytes / sizeof(scalar_t);
+
+template <typename scalar_t>
+struct BroadcastArgs {
+  scalar_t* out;
+  const scalar_t* full;  // contiguous [R, C]
+  const scalar_t* repeated;  // a row [C] or a column [R]
+  uint32_t vectors;  // R * C / kVectorSize
+  at::cuda::detail::IntDivider<uint32_t> vectors_per_row;
+};
+
+// kRepeatsRow: the repeated operand is a row (index: vector mod vectors_per_row), else a column
+// (one element per vector: vector div vectors_per_row; a vector never straddles rows).
+template <typename scalar_t, bool kRepeatsRow, bool kInputIsRepeated>
+__global__ void __launch_bounds__(kThreads) forward_broadcast_kernel(BroadcastArgs<scalar_t> args) {
+  constexpr int kVec = kVectorSize<scalar_t>;
+  using vec_t = at::native::memory::aligned_vector<scalar_t, kVec>;
+  using opmath_t = at::opmath_type<scalar_t>;
+  const auto* full = reinterpret_cast<const vec_t*>(args.full);
+  const auto* repeated_rows = reinterpret_cast<const vec_t*>(args.repeated);
+  auto* out = reinterpret_cast<vec_t*>(args.out);
+
+  const uint32_t first = blockIdx.x * (kThreads * kVectorsPerThread) + threadIdx.x;
+  vec_t full_values[kVectorsPerThread];
+  vec_t repeated_values[kVectorsPerThread];
+#pragma unroll
+  for (int k = 0; k < kVectorsPerThread; ++k) {
+    const uint32_t v = first + k * kThreads;
+    if (v < args.vectors) {
+      full_values[k] = full[v];
+      if constexpr (kRepeatsRow) {
+        repeated_values[k] = repeated_rows[args.vectors_per_row.mod(v)];
+      } else {
+        const scalar_t value = args.repeated[args.vectors_per_row.div(v)];
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) {
+          repeated_values[k].val[i] = value;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kVectorsPerThread; ++k) {
+    const uint32_t v = first + k * kThreads;
+    if (v < args.vectors) {
+      vec_t result;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        const opmath_t x = kInputIsRepeated ? repeated_values[k].val[i] : full_values[k].val[i];
+        const opmath_t w = kInputIsRepeated ? full_values[k].val[i] : repeated_values[k].val[i];
+        result.val[i] = w * (x * x);  // the order of w * x.square(), as gpu_kernel's loop
+      }
+      out[v] = result;
+    }
+  }
+}
+
+template <typename scalar_t, bool kRepeatsRow, bool kInputIsRepeated>
+void launch(const BroadcastArgs<scalar_t>& args) {
+  const uint32_t per_block = kThreads * kVectorsPerThread;
+  const uint32_t blocks = (args.vectors + per_block - 1) / per_block;
+  forward_broadcast_kernel<scalar_t, kRepeatsRow, kInputIsRepeated>
+      <<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(args);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void launch_forward_broadcast(at::TensorIteratorBase& iter, const BroadcastPlan& plan) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, iter.common_dtype(), "weighted_sum_broadcast_cuda", [&] {
+    constexpr int64_t kVec = kVectorSize<scalar_t>;
+    const auto input = static_cast<const scalar_t*>(iter.data_ptr(kInput));
+    const auto weight = static_cast<const scalar_t*>(iter.data_ptr(kWeight));
+    BroadcastArgs<scalar_t> args{
+        static_cast<scalar_t*>(iter.data_ptr(kOut)),
+        plan.input_is_repeated ? weight : input,
+        plan.input_is_repeated ? input : weight,
+        static_cast<uint32_t>(plan.rows * plan.cols / kVec),
+        at::cuda::detail::IntDivider<uint32_t>(static_cast<uint32_t>(plan.cols / kVec)),
+    };
+    if (plan.repeats_row) {
+      plan.input_is_repeated ? launch<scalar_t, true, true>(args) : launch<scalar_t, true, false>(args);
+    } else {
+      plan.input_is_repeated ? launch<scalar_t, false, true>(args) : launch<scalar_t, false, false>(args);
+    }
+  });
+}
+
+}  // namespace custom::cuda

@@ -1,0 +1,115 @@
+// Which CUDA forward kernel suits an iterator. ATen's gpu_kernel vectorizes only when every
+// operand is contiguous; two common layouts fall to its strided loop, at 35-65% of the
+// bandwidth on an H200, and get kernels of their own:
+//  - broadcast: out and one input contiguous [R, C], the other input a row [C] repeated down the
+//    rows (a per-channel weight) or a column [R, 1] repeated along them (a per-row weight);
+//  - transposed: out row-major, an input column-major (x.t()): tiles through shared memory, so
+//    that reads and writes are both coalesced.
+// Everything else (contiguous, mixed dtypes, other strides, past 32-bit indexing) stays with
+// gpu_kernel. Host-only and header-only, so that the CPU tests check the choice without a GPU.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include <ATen/TensorIterator.h>
+
+namespace custom::cuda {
+
+// Bytes of one vectorized load or store of the broadcast kernel.
+inline constexpr int64_t kVectorBytes = 16;
+
+enum class ForwardLayout { Generic, Broadcast, Transposed };
+
+// Operands of the forward iterator, as the frontend adds them.
+enum Operand : int { kOut = 0, kInput = 1, kWeight = 2 };
+
+struct BroadcastPlan {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  bool input_is_repeated = false;  // else the weight is
+  bool repeats_row = true;  // the repeated operand is a row [C]; else a column [R, 1]
+};
+
+// The iterator as a matrix out[r, c], c the unit-stride dimension of out; strides in elements,
+// {along c, along r}. An operand "across" has unit stride along r.
+struct TransposedPlan {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t out_row_stride = 0;
+  std::array<int64_t, 2> input_strides{};
+  std::array<int64_t, 2> weight_strides{};
+  bool input_across = false;
+  bool weight_across = false;
+};
+
+struct ForwardPlan {
+  ForwardLayout layout = ForwardLayout::Generic;
+  BroadcastPlan broadcast;
+  TransposedPlan transposed;
+};
+
+namespace layout_detail {
+
+inline std::array<int64_t, 2> element_strides(const at::TensorIteratorBase& iter, int operand) {
+  const auto bytes = iter.strides(operand);
+  const auto size = iter.element_size(operand);
+  return {bytes[0] / size, bytes[1] / size};
+}
+
+inline bool vector_aligned(const at::TensorIteratorBase& iter, int operand) {
+  return reinterpret_cast<std::uintptr_t>(iter.data_ptr(operand)) % kVectorBytes == 0;
+}
+
+}  // namespace layout_detail
+
+inline ForwardPlan plan_forward(const at::TensorIteratorBase& iter) {
+  using layout_detail::element_strides;
+  ForwardPlan plan;
+  // A 2-d iterator: TensorIterator has already merged every dimension it could, so [B, N, C]
+  // with a weight [C] arrives here as [B * N, C].
+  if (iter.ntensors() != 3 || iter.noutputs() != 1 || iter.ndim() != 2 || !iter.can_use_32bit_indexing()) {
+    return plan;
+  }
+  const auto dtype = iter.dtype(kOut);
+  if (iter.dtype(kInput) != dtype || iter.dtype(kWeight) != dtype) {
+    return plan;  // casting belongs to gpu_kernel
+  }
+  const int64_t cols = iter.shape()[0];
+  const int64_t rows = iter.shape()[1];
+  const auto out = element_strides(iter, kOut);
+  const auto input = element_strides(iter, kInput);
+  const auto weight = element_strides(iter, kWeight);
+  if (out[0] != 1) {
+    return plan;
+  }
+
+  const std::array<int64_t, 2> dense{1, cols};
+  const std::array<int64_t, 2> row{1, 0};
+  const std::array<int64_t, 2> column{0, 1};
+  const bool input_repeated = (input == row || input == column) && weight == dense;
+  const bool weight_repeated = (weight == row || weight == column) && input == dense;
+  if (out == dense && (input_repeated || weight_repeated)) {
+    const auto repeated = input_repeated ? input : weight;
+    const int64_t vector = kVectorBytes / iter.element_size(kOut);
+    const bool vectorizable = cols % vector == 0 && layout_detail::vector_aligned(iter, kOut) &&
+        layout_detail::vector_aligned(iter, kInput) && layout_detail::vector_aligned(iter, kWeight);
+    if (vectorizable) {
+      plan.layout = ForwardLayout::Broadcast;
+      plan.broadcast = {rows, cols, input_repeated, repeated == row};
+      return plan;
+    }
+  }
+
+  auto along = [](const std::array<int64_t, 2>& s) { return s[0] == 1; };
+  auto across = [](const std::array<int64_t, 2>& s) { return s[1] == 1 && s[0] != 1; };
+  const bool input_across = across(input);
+  const bool weight_across = across(weight);
+  if ((input_across || weight_across) && (input_across || along(input)) && (weight_across || along(weight))) {
+    plan.layout = ForwardLayout::Transposed;
+    plan.transposed = {rows, cols, out[1], input, weight, input_across, weight_across};
+  }
+  return plan;
+}
+
+}  // namespace custom::cuda

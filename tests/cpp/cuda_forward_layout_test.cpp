@@ -1,0 +1,154 @@
+// Which CUDA forward kernel each layout gets (kernels/cuda/forward_layout.h). The choice is host
+// code, so it is checked here on CPU iterators, without a GPU; the CUDA tests and
+// tests/python/test_cuda_layouts.py check the values each kernel computes on these layouts.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <ATen/TensorIterator.h>
+
+#include "kernels/cuda/forward_layout.h"
+
+namespace {
+
+using custom::cuda::ForwardLayout;
+using custom::cuda::ForwardPlan;
+using custom::cuda::plan_forward;
+
+// The forward iterator as the frontend builds it: out, input, weight.
+ForwardPlan plan_for(const at::Tensor& out, const at::Tensor& input, const at::Tensor& weight) {
+  auto iter = at::TensorIteratorConfig()
+                  .add_output(out)
+                  .add_const_input(input)
+                  .add_const_input(weight)
+                  .promote_inputs_to_common_dtype(true)
+                  .cast_common_dtype_to_outputs(true)
+                  .enforce_safe_casting_to_output(true)
+                  .build();
+  return plan_forward(iter);
+}
+
+ForwardPlan plan_for(const at::Tensor& input, const at::Tensor& weight) {
+  const auto shape = at::infer_size(input.sizes(), weight.sizes());
+  return plan_for(torch::empty(shape, input.options().dtype(torch::result_type(input, weight))), input, weight);
+}
+
+const auto kFloat = torch::TensorOptions().dtype(torch::kFloat);
+
+TEST(CudaForwardLayout, RowAndColumnBroadcastGetTheVectorizedKernel) {
+  for (const auto dtype : {torch::kHalf, torch::kBFloat16, torch::kFloat, torch::kDouble}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const auto options = torch::TensorOptions().dtype(dtype);
+    const auto x = torch::randn({64, 96}, options);
+
+    auto plan = plan_for(x, torch::randn({96}, options));
+    ASSERT_EQ(plan.layout, ForwardLayout::Broadcast);
+    EXPECT_EQ(plan.broadcast.rows, 64);
+    EXPECT_EQ(plan.broadcast.cols, 96);
+    EXPECT_FALSE(plan.broadcast.input_is_repeated);
+    EXPECT_TRUE(plan.broadcast.repeats_row);
+
+    plan = plan_for(x, torch::randn({64, 1}, options));
+    ASSERT_EQ(plan.layout, ForwardLayout::Broadcast);
+    EXPECT_FALSE(plan.broadcast.input_is_repeated);
+    EXPECT_FALSE(plan.broadcast.repeats_row);
+
+    plan = plan_for(torch::randn({96}, options), x);
+    ASSERT_EQ(plan.layout, ForwardLayout::Broadcast);
+    EXPECT_TRUE(plan.broadcast.input_is_repeated);
+    EXPECT_TRUE(plan.broadcast.repeats_row);
+  }
+}
+
+TEST(CudaForwardLayout, BroadcastOverLeadingDimsIsMergedIntoRows) {
+  auto plan = plan_for(torch::randn({3, 5, 16}, kFloat), torch::randn({16}, kFloat));
+  ASSERT_EQ(plan.layout, ForwardLayout::Broadcast);
+  EXPECT_EQ(plan.broadcast.rows, 15);
+  EXPECT_EQ(plan.broadcast.cols, 16);
+
+  plan = plan_for(torch::randn({3, 5, 16}, kFloat), torch::randn({5, 16}, kFloat));
+  ASSERT_EQ(plan.layout, ForwardLayout::Broadcast);
+  EXPECT_EQ(plan.broadcast.rows, 3);
+  EXPECT_EQ(plan.broadcast.cols, 80);
+}
+
+TEST(CudaForwardLayout, BroadcastThatCannotUseSixteenByteVectorsStaysGeneric) {
+  // A row of 6 floats is not a whole number of 16-byte vectors.
+  EXPECT_EQ(plan_for(torch::randn({64, 6}, kFloat), torch::randn({6}, kFloat)).layout, ForwardLayout::Generic);
+  // Pointers off 16-byte alignment (a slice one element in), for each operand in turn.
+  const auto base = torch::randn({64 * 96 + 1}, kFloat);
+  const auto shifted = base.narrow(0, 1, 64 * 96).view({64, 96});
+  EXPECT_EQ(plan_for(shifted, torch::randn({96}, kFloat)).layout, ForwardLayout::Generic);
+  EXPECT_EQ(plan_for(torch::randn({64, 96}, kFloat), base.narrow(0, 1, 96)).layout, ForwardLayout::Generic);
+  const auto out = base.narrow(0, 1, 64 * 96).view({64, 96});
+  EXPECT_EQ(plan_for(out, torch::randn({64, 96}, kFloat), torch::randn({96}, kFloat)).layout, ForwardLayout::Generic);
+}
+
+TEST(CudaForwardLayout, TransposedInputsGetTheTiledKernel) {
+  const auto xt = torch::randn({96, 64}, kFloat).t();  // [64, 96], strides (1, 64)
+  auto plan = plan_for(torch::empty({64, 96}, kFloat), xt, torch::randn({64, 96}, kFloat));
+  ASSERT_EQ(plan.layout, ForwardLayout::Transposed);
+  EXPECT_EQ(plan.transposed.rows, 64);
+  EXPECT_EQ(plan.transposed.cols, 96);
+  EXPECT_EQ(plan.transposed.out_row_stride, 96);
+  EXPECT_TRUE(plan.transposed.input_across);
+  EXPECT_FALSE(plan.transposed.weight_across);
+  EXPECT_EQ(plan.transposed.input_strides, (std::array<int64_t, 2>{64, 1}));
+  EXPECT_EQ(plan.transposed.weight_strides, (std::array<int64_t, 2>{1, 96}));
+
+  plan = plan_for(torch::empty({64, 96}, kFloat), torch::randn({64, 96}, kFloat), xt);
+  ASSERT_EQ(plan.layout, ForwardLayout::Transposed);
+  EXPECT_FALSE(plan.transposed.input_across);
+  EXPECT_TRUE(plan.transposed.weight_across);
+
+  plan = plan_for(torch::empty({64, 96}, kFloat), xt, xt);
+  ASSERT_EQ(plan.layout, ForwardLayout::Transposed);
+  EXPECT_TRUE(plan.transposed.input_across);
+  EXPECT_TRUE(plan.transposed.weight_across);
+
+  // A transposed slice: the column stride is the parent's row length, not the row count.
+  const auto slice = torch::randn({96, 100}, kFloat).narrow(1, 2, 64).t();
+  plan = plan_for(torch::empty({64, 96}, kFloat), slice, torch::randn({96}, kFloat));
+  ASSERT_EQ(plan.layout, ForwardLayout::Transposed);
+  EXPECT_EQ(plan.transposed.input_strides, (std::array<int64_t, 2>{100, 1}));
+  EXPECT_EQ(plan.transposed.weight_strides, (std::array<int64_t, 2>{1, 0}));
+
+  // An output row pitch wider than a row (out= a slice of a wider tensor).
+  const auto out = torch::empty({64, 128}, kFloat).narrow(1, 0, 96);
+  plan = plan_for(out, xt, torch::randn({64, 96}, kFloat));
+  ASSERT_EQ(plan.layout, ForwardLayout::Transposed);
+  EXPECT_EQ(plan.transposed.out_row_stride, 128);
+
+  // "Transposed" is relative to the output: a column-major out= makes row-major inputs across.
+  const auto column_major_out = torch::empty({96, 64}, kFloat).t();
+  plan = plan_for(column_major_out, torch::randn({64, 96}, kFloat), torch::randn({96}, kFloat));
+  ASSERT_EQ(plan.layout, ForwardLayout::Transposed);
+  EXPECT_EQ(plan.transposed.rows, 96);
+  EXPECT_EQ(plan.transposed.cols, 64);
+  EXPECT_TRUE(plan.transposed.input_across);
+  EXPECT_TRUE(plan.transposed.weight_across);
+}
+
+TEST(CudaForwardLayout, EverythingElseStaysWithGpuKernel) {
+  const auto x = torch::randn({64, 96}, kFloat);
+  // Contiguous operands merge into one dimension: gpu_kernel's vectorized loop.
+  EXPECT_EQ(plan_for(x, torch::randn({64, 96}, kFloat)).layout, ForwardLayout::Generic);
+  // Mixed dtypes: casting belongs to gpu_kernel. (On the CPU, TensorIterator would cast to
+  // temporaries first; on Meta it leaves the dtypes as given, as it does on CUDA.)
+  const auto meta = torch::TensorOptions().device(torch::kMeta);
+  EXPECT_EQ(plan_for(torch::empty({64, 96}, meta), torch::empty({96}, meta.dtype(torch::kDouble))).layout,
+            ForwardLayout::Generic);
+  EXPECT_EQ(plan_for(torch::empty({64, 96}, meta.dtype(torch::kDouble)), torch::empty({64, 96}, meta),
+                     torch::empty({96}, meta))
+                .layout,
+            ForwardLayout::Generic);
+  // The same layouts with one dtype: the broadcast kernel.
+  EXPECT_EQ(plan_for(torch::empty({64, 96}, meta), torch::empty({96}, meta)).layout, ForwardLayout::Broadcast);
+  // Strided in both dimensions (every other column).
+  const auto strided = torch::randn({64, 192}, kFloat).slice(1, 0, 192, 2);
+  EXPECT_EQ(plan_for(strided, torch::randn({96}, kFloat)).layout, ForwardLayout::Generic);
+  // Three dimensions that cannot merge.
+  const auto permuted = torch::randn({4, 8, 16}, kFloat).permute({1, 0, 2});
+  EXPECT_EQ(plan_for(permuted, torch::randn({16}, kFloat)).layout, ForwardLayout::Generic);
+}
+
+}  // namespace
