@@ -138,6 +138,11 @@ TEST_F(WeightedSumCuda, BroadcastAndTransposedKernelsMatchReference) {
     EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(c, t), c, t));
     EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(t, t), t, t));
     EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(t, w), t, w));
+    // Whole tiles for every dtype (32 x 32, 64 x 64 for 2-byte types) beside partial ones.
+    const auto big = custom_ops_test::transposed(130, 200, dtype, cuda);
+    const auto big_weight = random({130, 200}, dtype, cuda);
+    EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(big, big_weight), big, big_weight));
+    EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(big, big), big, big));
     auto out = nan_filled({kCols, kRows}, dtype, cuda).t();  // column-major out=
     custom::weighted_sum_out(out, c, w);
     EXPECT_TRUE(AllClose(out, reference(c, w), dtype));

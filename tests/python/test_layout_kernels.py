@@ -52,6 +52,15 @@ TRANSPOSED_CASES = {
         randn(96, 100, dtype=d, device=dev)[:, 2:66].t(),
         randn(64, 96, dtype=d, device=dev),
     ),
+    # strides or pointers that break 16-bit pairs (every tile then takes the element-wise path)
+    "input_odd_column_stride": lambda d, dev: (
+        randn(96, 101, dtype=d, device=dev)[:, :64].t(),
+        randn(64, 96, dtype=d, device=dev),
+    ),
+    "input_misaligned": lambda d, dev: (
+        randn(96 * 64 + 1, dtype=d, device=dev)[1:].view(96, 64).t(),
+        randn(64, 96, dtype=d, device=dev),
+    ),
     # thin: one tile row or column
     "input_3x500": lambda d, dev: (transposed(3, 500, d, dev), randn(3, 500, dtype=d, device=dev)),
     "input_500x3": lambda d, dev: (transposed(500, 3, d, dev), randn(500, 3, dtype=d, device=dev)),
