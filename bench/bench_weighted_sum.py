@@ -87,6 +87,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     )
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
     parser.add_argument("--no-fwd-bwd", action="store_true", help="skip forward+backward")
+    parser.add_argument("--fwd-bwd-layouts", default="contiguous,broadcast",
+                        help="layouts that also get forward+backward, comma-separated (default %(default)s)")
     parser.add_argument(
         "--compile-static-from",
         type=int,
@@ -133,6 +135,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error(f"need --rounds >= 1, got {args.rounds}")
     args.dtypes = _subset(parser, "--dtypes", args.dtypes, DTYPES)
     args.layouts = _subset(parser, "--layouts", args.layouts, LAYOUTS)
+    args.fwd_bwd_layouts = _subset(parser, "--fwd-bwd-layouts", args.fwd_bwd_layouts, LAYOUTS)
     args.threads = _thread_counts(parser, args.threads) if args.cpu else [None]
     return args
 
@@ -339,9 +342,10 @@ def fwd_bwd_variants(x, w, compiled) -> list[Variant]:
 
     def expected():
         x64, w64, g64 = x.double(), w.double(), g.double()
-        return (w64 * x64**2, 2 * w64 * x64 * g64, x64**2 * g64)
+        return (w64 * x64**2, 2 * w64 * x64 * g64, summed_to(x64**2 * g64, w.shape))
 
-    # The 8-stream floor: read x, w; write y; read g, x, w; write grad_x, grad_w.
+    # The 8-stream floor: read x, w; write y; read g, x, w; write grad_x, grad_w (a broadcast
+    # weight and its gradient count at their own size: 5 full-size streams).
     floor_bytes = 2 * nbytes(x, w) + nbytes(x, g, x, w)
     forwards = {"ours_fwd_bwd": torch.ops.custom.weighted_sum, "eager_fwd_bwd": eager_composite}
     if compiled is not None:
@@ -353,11 +357,25 @@ def fwd_bwd_variants(x, w, compiled) -> list[Variant]:
 
     def add_expected():
         x64, w64, g64 = x.double(), w.double(), g.double()
-        return (x64 + w64, g64, g64)
+        return (x64 + w64, g64, summed_to(g64, w.shape))
 
     # Against the same floor as the others: its ratio is what the host alone costs per step.
     variants.append(Variant("add_fwd_bwd", through(torch.add), add_expected, floor_bytes))
     return variants
+
+
+def summed_to(terms: torch.Tensor, shape) -> object:
+    """A broadcast weight's gradient: the terms summed back to its shape. Where that sums
+    anything, a Summed, so the check bounds the error by the size of the terms, not of the sum."""
+    if terms.shape == torch.Size(shape):
+        return terms
+    return Summed(terms.sum_to_size(shape), terms.abs().sum_to_size(shape))
+
+
+@dataclasses.dataclass
+class Summed:
+    value: torch.Tensor
+    scale: torch.Tensor  # the sum of the terms' absolute values
 
 
 def graphed(step: Callable[[], tuple]) -> Callable[[], tuple]:
@@ -427,6 +445,15 @@ def check(variant: Variant, case: Case, out: torch.Tensor):
     expected = variant.expected()
     try:
         for index, (actual, reference) in enumerate(zip(got, expected, strict=True)):
+            if isinstance(reference, Summed):  # rounding errors of a sum scale with its terms
+                bound = tolerance(case.dtype)
+                bound = bound["rtol"] * reference.scale + bound["atol"]
+                if actual.shape != reference.value.shape:
+                    raise AssertionError(f"output {index}: shape {tuple(actual.shape)}, expected {tuple(reference.value.shape)}")
+                error = (actual.double() - reference.value).abs()
+                if not (error <= bound).all():  # a NaN fails too
+                    raise AssertionError(f"output {index}: off by up to {float((error - bound).max())} over its bound")
+                continue
             torch.testing.assert_close(
                 actual.double(), reference, **tolerance(case.dtype), msg=lambda m, i=index: f"output {i}: {m}"
             )
@@ -573,7 +600,7 @@ def sweep(args, device, timer_for) -> list[dict]:
                 print_header(threads, dtype, layout)
                 for log2n in range(args.max_log2, args.min_log2 - 1, -1):
                     case = Case(layout, dtype, log2n, threads)
-                    with_fwd_bwd = layout == "contiguous" and not args.no_fwd_bwd
+                    with_fwd_bwd = layout in args.fwd_bwd_layouts and not args.no_fwd_bwd
                     case_rows = measure_case(case, device, timer, compiler.for_size(log2n), with_fwd_bwd)
                     print_rows(case_rows)
                     rows += case_rows

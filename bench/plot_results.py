@@ -63,8 +63,9 @@ def panels(rows):
     layouts = [layout for layout in ("contiguous", "broadcast", "transposed")
                if any(row["kind"] == "forward" and row["layout"] == layout for row in rows)]
     found = [(f"forward, {layout}", "forward", layout, FORWARD) for layout in layouts]
-    if any(row["kind"] == "fwd_bwd" for row in rows):
-        found.append(("forward+backward, contiguous", "fwd_bwd", "contiguous", FWD_BWD))
+    for layout in ("contiguous", "broadcast", "transposed"):
+        if any(row["kind"] == "fwd_bwd" and row["layout"] == layout for row in rows):
+            found.append((f"forward+backward, {layout}", "fwd_bwd", layout, FWD_BWD))
     return found
 
 
@@ -86,7 +87,7 @@ def plot(results: dict, path: pathlib.Path) -> pathlib.Path:
                             label=LABELS[variant])
             if kind == "fwd_bwd":  # the floor runs at copy_'s bandwidth
                 x, y = series(rows, "forward", "copy", dtype, layout, threads)
-                ax.plot(x, y, ":", color=COLORS["copy"], label="8-stream floor (copy_ GB/s)")
+                ax.plot(x, y, ":", color=COLORS["copy"], label="floor (copy_ GB/s)")
             ax.set_title(f"{title}, {dtype}")
             ax.set_xlabel("elements")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -35,6 +35,9 @@ def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
 
     fwd_bwd = [row for row in data["rows"] if row["kind"] == "fwd_bwd"]
     assert {row["variant"] for row in fwd_bwd} == {"ours_fwd_bwd", "eager_fwd_bwd", "add_fwd_bwd"}
-    assert all(row["layout"] == "contiguous" and row["vs_floor"] > 0 for row in fwd_bwd)
+    # Forward+backward runs on the contiguous and the broadcast layouts (by default).
+    assert {(row["layout"], row["dtype"]) for row in fwd_bwd} == {
+        (l, d) for l in ("contiguous", "broadcast") for d in ("float32", "bfloat16")}
+    assert all(row["vs_floor"] > 0 for row in fwd_bwd)
     assert {row["variant"] for row in data["rows"] if row["kind"] == "host"} == {"ours", "add", "eager"}
     assert any(target["target"].startswith("CPU") for target in data["summary"])
