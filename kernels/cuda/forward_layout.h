@@ -1,5 +1,5 @@
 // Which CUDA forward kernel suits an iterator. ATen's gpu_kernel vectorizes only when every
-// operand is contiguous; two common layouts fall to its strided loop, at 35-65% of the
+// operand is contiguous; two common layouts fall to its strided loop, at 20-65% of the
 // bandwidth on an H200, and get kernels of their own:
 //  - broadcast: out and one input contiguous [R, C], the other input a row [C] repeated down the
 //    rows (a per-channel weight) or a column [R, 1] repeated along them (a per-row weight);

@@ -2,8 +2,8 @@
 or column broadcast (16-byte vectors) and transposed operands (shared-memory tiles). Values on
 every dtype against the float64 reference, at sizes that leave partial vectors-per-block and
 partial tiles, through the functional, out= and in-place forms. On the CPU the same cases check
-the CPU loops' strided paths; tests/cpp/cuda_forward_layout_test.cpp checks which kernel each
-case gets."""
+the CPU loops' strided paths; tests/cpp/cuda_forward_layout_test.cpp checks which kernel such
+layouts get."""
 import pytest
 import torch
 
