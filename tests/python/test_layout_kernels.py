@@ -61,6 +61,11 @@ TRANSPOSED_CASES = {
         randn(96 * 64 + 1, dtype=d, device=dev)[1:].view(96, 64).t(),
         randn(64, 96, dtype=d, device=dev),
     ),
+    # one value per row from a column slice (stride 0 along the row, not unit stride down it)
+    "column_slice_input_with_transposed_weight": lambda d, dev: (
+        randn(67, 5, dtype=d, device=dev)[:, :1],
+        transposed(67, 45, d, dev),
+    ),
     # thin: one tile row or column
     "input_3x500": lambda d, dev: (transposed(3, 500, d, dev), randn(3, 500, dtype=d, device=dev)),
     "input_500x3": lambda d, dev: (transposed(500, 3, d, dev), randn(500, 3, dtype=d, device=dev)),
