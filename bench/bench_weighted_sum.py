@@ -5,6 +5,7 @@ One process measures, side by side, on the GPU (or with --cpu on the CPU):
 
   copy            y.copy_(x)                   2-stream memory ceiling
   add_out         torch.add(x, w, out=y)       3-stream ceiling: what our op should match
+  add             torch.add(x, w)              the same allocating its result, as `ours` does
   eager           w * x.pow(2)                 the eager composite
   compile         torch.compile(w * x * x)     what Inductor makes of the composite
   ours            torch.ops.custom.weighted_sum(x, w)
@@ -317,6 +318,9 @@ def forward_variants(x, w, y, compiled) -> list[Variant]:
     variants = [
         Variant("copy", copy, lambda: (x.double(),), nbytes(x, y)),
         Variant("add_out", add_out, lambda: (x.double() + w.double(),), io),
+        # The functional form allocates its output: on the CPU, fresh pages (zeroed by the kernel
+        # at first touch) can cost more than the arithmetic; `ours` pays the same.
+        Variant("add", lambda: torch.add(x, w), lambda: (x.double() + w.double(),), io),
         Variant("eager", lambda: eager_composite(x, w), product, io),
     ]
     if compiled is not None:

@@ -26,7 +26,7 @@ def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
     assert sizes == {(d, l, n) for d in ("float32", "bfloat16") for l in ("contiguous", "broadcast") for n in (10, 11)}
     for size in sizes:
         variants = {row["variant"]: row for row in forward if (row["dtype"], row["layout"], row["log2n"]) == size}
-        assert set(variants) == {"copy", "add_out", "eager", "ours", "ours_out"}
+        assert set(variants) == {"copy", "add_out", "add", "eager", "ours", "ours_out"}
         assert variants["add_out"]["vs_add"] == 1.0
         for row in variants.values():
             assert row["median_us"] > 0 and row["gbps"] > 0
