@@ -9,7 +9,6 @@
 // of the forward and two sevenths of the fused backward's (no read of each output line).
 #include <algorithm>
 #include <tuple>
-#include <vector>
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -121,10 +120,10 @@ void forward_streaming_rows(char** base, const int64_t* strides, int64_t size0, 
   stream_fence();
 }
 
-// An input that runs down the output's columns (x.t() against a row-major out): unit stride
-// along the rows (the outer loop), any other stride along the columns.
-bool runs_across(const int64_t* strides, int operand, int operands, int64_t width) {
-  return strides[operands + operand] == width && strides[operand] != width;
+// An input that runs down the output's columns (x.t() against a row-major out), from its byte
+// strides in a 2-D loop: unit stride from row to row (outer), any other along a row (inner).
+bool runs_across(int64_t inner, int64_t outer, int64_t width) {
+  return outer == width && inner != width;
 }
 
 // The forward for iterators with such an input. Row by row, each of its elements would sit on
@@ -143,13 +142,8 @@ void forward_tiled_rows(char** base, const int64_t* strides, int64_t size0, int6
   using V = Vec<scalar_t>;
   const int64_t* outer = strides + kOperands;
   const bool across[kOperands] = {
-      false, runs_across(strides, kInput, kOperands, width), runs_across(strides, kWeight, kOperands, width)};
-  std::vector<scalar_t> buffers[kOperands];
-  for (int operand : {kInput, kWeight}) {
-    if (across[operand]) {
-      buffers[operand].resize(kTileRows * kTileCols);
-    }
-  }
+      false, runs_across(strides[kInput], outer[kInput], width), runs_across(strides[kWeight], outer[kWeight], width)};
+  scalar_t buffers[kOperands][kTileRows * kTileCols];  // used for the across inputs only
   for (int64_t r0 = 0; r0 < size1; r0 += kTileRows) {
     const int64_t rows = std::min(kTileRows, size1 - r0);
     for (int64_t c0 = 0; c0 < size0; c0 += kTileCols) {
@@ -208,7 +202,7 @@ bool has_input_across(const at::TensorIteratorBase& iter) {
     if (iter.element_size(operand) != width) {
       return false;
     }
-    const bool across = operand > 0 && s[1] == width && s[0] != width;
+    const bool across = operand > 0 && runs_across(s[0], s[1], width);
     const bool along = s[0] == width || (operand > 0 && s[0] == 0);
     if (!across && !along) {
       return false;
