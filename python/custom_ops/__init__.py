@@ -98,17 +98,20 @@ def library_path() -> str:
     return str(_LIBRARY)
 
 
-def weighted_sum(input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def weighted_sum(input: torch.Tensor, weight: torch.Tensor | float) -> torch.Tensor:
     """Elementwise ``weight * input**2``, computed by the custom::weighted_sum operator.
 
     Args:
         input: a float16, bfloat16, float32 or float64 tensor of any shape, on CPU or on CUDA (CUDA
             needs the library built with CUDA kernels, see ``WITH_CUDA``).
-        weight: a tensor of one of those dtypes, broadcastable with ``input``, on the same device.
+        weight: a tensor of one of those dtypes, broadcastable with ``input``, on the same device;
+            or a Python number (``custom::weighted_sum.Scalar``), which like ``input * 2.5`` keeps a
+            float input's dtype (bfloat16 times 2.5 stays bfloat16).
 
     Returns:
-        A new contiguous tensor of the broadcast shape of ``input`` and ``weight`` and their promoted
-        dtype, like ``weight * input.square()``; float16 and bfloat16 compute in float32.
+        A new tensor of the broadcast shape of ``input`` and ``weight`` and their promoted dtype,
+        laid out as ``weight * input.square()`` lays out its result (channels_last stays
+        channels_last); float16 and bfloat16 compute in float32.
 
     Differentiable with respect to both arguments, and traceable by torch.compile (fullgraph, dynamic
     shapes), torch.export and AOTInductor. Same as ``torch.ops.custom.weighted_sum(input, weight)``;
