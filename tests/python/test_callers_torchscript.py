@@ -1,8 +1,8 @@
 """TorchScript callers: torch.jit.script of functions and nn.Modules calling the `custom` operators,
 autograd through them, and torch.jit.save / torch.jit.load in a fresh process that only loaded the
-library (as a deployment would). TorchScript is deprecated upstream (torch >= 2.14 warns on
-torch.jit.script and torch.jit.save); it stays supported here, and every script/save expects exactly
-that warning where torch emits it."""
+library (as a deployment would). TorchScript is deprecated upstream (torch warns on torch.jit.script,
+save and load: a DeprecationWarning up to 2.13, a FutureWarning since 2.14); it stays supported here,
+and every script/save expects exactly that warning."""
 import subprocess
 import sys
 import textwrap
