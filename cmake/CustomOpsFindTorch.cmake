@@ -10,6 +10,7 @@
 # - With a toolkit: enable_language(CUDA) always defines CMAKE_CUDA_ARCHITECTURES, which torch's
 #   config warns about (torch takes TORCH_CUDA_ARCH_LIST). Enabling CUDA first and dropping the
 #   default leaves nothing to warn about; OFF afterwards keeps CMake from adding arch flags of its own.
+#   (CustomOpsConfig.cmake defaults TORCH_CUDA_ARCH_LIST to the library's own architectures.)
 # - Linking executables: the toolkit's lib directory (on the rpath of anything linking torch's CUDA
 #   libraries) may hold older copies of libraries that torch bundles (pip wheels:
 #   site-packages/nvidia/*/lib; torch 2.15 with a 13.0 toolkit: libnccl.so.2 without ncclCommResume).
@@ -25,8 +26,11 @@ macro(custom_ops_find_torch)
   if(CMAKE_CUDA_COMPILER)
     if(NOT CMAKE_CUDA_COMPILER_LOADED)
       enable_language(CUDA)
-      unset(CMAKE_CUDA_ARCHITECTURES)
-      unset(CMAKE_CUDA_ARCHITECTURES CACHE)
+      # Without an architecture list torch probes the GPUs with a CUDA try_run, which needs one.
+      if(TORCH_CUDA_ARCH_LIST OR NOT "$ENV{TORCH_CUDA_ARCH_LIST}" STREQUAL "")
+        unset(CMAKE_CUDA_ARCHITECTURES)
+        unset(CMAKE_CUDA_ARCHITECTURES CACHE)
+      endif()
     endif()
     if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
       set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")

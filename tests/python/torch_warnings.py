@@ -14,7 +14,7 @@ TORCH_RELEASE = tuple(int(part) for part in re.match(r"(\d+)\.(\d+)", torch.__ve
 
 # torch >= 2.14 warns that TorchScript is deprecated on torch.jit.script and torch.jit.save.
 TORCHSCRIPT_WARNS = TORCH_RELEASE >= (2, 14)
-TORCHSCRIPT_DEPRECATION = re.compile(r"`torch\.jit\.\w+` is deprecated\. Please switch to `torch\.compile` or `torch\.export`")
+TORCHSCRIPT_DEPRECATION = re.compile(r"`torch\.jit\.\w+` is deprecated\. Please switch to `torch\.(compile|export)`")
 
 
 @contextlib.contextmanager
