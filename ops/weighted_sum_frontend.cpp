@@ -4,6 +4,7 @@
 #include <ATen/Functions.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
+#include <c10/util/accumulate.h>
 
 #include "weighted_sum_checks.h"
 #include "weighted_sum_output_strides.h"
@@ -42,6 +43,24 @@ void run_forward(
 
 bool has_shape(const at::Tensor& tensor, c10::SymIntArrayRef shape) {
   return tensor.sym_sizes().equals(shape);
+}
+
+// Whether `out`, resized to `numel` contiguous elements from its storage offset (what
+// resize_output makes of it), would cover memory of `input`. ATen checks overlap before it
+// resizes, so it resizes such an out and computes from memory it has just overwritten.
+bool resized_would_overlap(const at::Tensor& out, int64_t numel, const at::Tensor& input) {
+  if (numel == 0 || input.numel() == 0 || !out.storage().is_alias_of(input.storage())) {
+    return false;
+  }
+  const int64_t out_begin = out.storage_offset() * out.itemsize();
+  const int64_t out_end = out_begin + numel * out.itemsize();
+  int64_t last = input.storage_offset();
+  for (int64_t d = 0; d < input.dim(); ++d) {
+    last += (input.size(d) - 1) * input.stride(d);
+  }
+  const int64_t input_begin = input.storage_offset() * input.itemsize();
+  const int64_t input_end = (last + 1) * input.itemsize();
+  return out_begin < input_end && input_begin < out_end;
 }
 
 // One gradient: computed over the full output shape, then summed back to the shape of the
@@ -86,11 +105,26 @@ void weighted_sum_out(
   const auto dtype = check_forward_inputs(input, weight, op);
   check_destination(out, "out", dtype, input.device(), op);
   const auto shape = broadcast_shape(input, "input", weight, "weight", op);
+  const bool resize = !has_shape(out, shape);
+  // ATen's rule (TensorIterator's is_read_write): an out that is an input is read as well as
+  // written, so it is never resized; resized first, it would be read from its new memory.
+  TORCH_CHECK(
+      !resize || (!out.is_same(input) && !out.is_same(weight)),
+      op, ": output with shape ", out.sym_sizes(), " doesn't match the broadcast shape ",
+      c10::SymIntArrayRef(shape));
   if (loops.forward != nullptr) {
     // Before the resize, as ATen does, so a refused out is left untouched.
     at::assert_no_internal_overlap(out);
     at::assert_no_partial_overlap(out, input);
     at::assert_no_partial_overlap(out, weight);
+    if (resize) {
+      // Stricter than ATen, which resizes such an out and computes wrong values silently.
+      const auto numel = c10::multiply_integers(C10_AS_INTARRAYREF_SLOW(shape));
+      TORCH_CHECK(
+          !resized_would_overlap(out, numel, input) && !resized_would_overlap(out, numel, weight),
+          op, ": out of shape ", out.sizes(), " shares memory with an input and, resized to the broadcast shape ",
+          c10::SymIntArrayRef(shape), ", would overlap it; pass an out that does not share memory with the inputs");
+    }
   }
   // ATen's out= rule: resize a wrong-shaped out, warning when it held data.
   at::native::resize_output_symint(out, shape);

@@ -136,6 +136,90 @@ TEST_F(WeightedSumOut, ViewsAndAliasesFollowAtenOverlapRules) {
   EXPECT_C10_ERROR(custom::weighted_sum_out(shifted_out, storage.slice(0, 1), w), "memory location");
 }
 
+// Checks that a refused call left `tensor` as it was: same shape, memory and values.
+void expect_untouched(const at::Tensor& tensor, const at::Tensor& copy, const void* storage) {
+  EXPECT_EQ(tensor.sizes(), copy.sizes());
+  EXPECT_EQ(tensor.data_ptr(), storage);
+  EXPECT_TRUE(torch::equal(tensor, copy));
+}
+
+TEST_F(WeightedSumOut, OutThatIsAnInputAndMustGrowIsRefusedWithAtensWordingUntouched) {
+  // Resized first, the input would be read from its new memory: wrong values, no error (issue 20).
+  auto x = random({1, 2, 2}, at::kDouble);
+  const auto w = random({2, 1, 2, 2}, at::kDouble);
+  const auto x_copy = x.clone();
+  const void* x_storage = x.data_ptr();
+  EXPECT_C10_ERROR(
+      custom::weighted_sum_out(x, x, w), "custom::weighted_sum.out: ",
+      "output with shape [1, 2, 2] doesn't match the broadcast shape [2, 1, 2, 2]");
+  expect_untouched(x, x_copy, x_storage);
+
+  const auto input = random({2}, at::kDouble);
+  auto scalar_weight = random({}, at::kDouble);
+  const auto w_copy = scalar_weight.clone();
+  const void* w_storage = scalar_weight.data_ptr();
+  EXPECT_C10_ERROR(
+      custom::weighted_sum_out(scalar_weight, input, scalar_weight),
+      "output with shape [] doesn't match the broadcast shape [2]");
+  expect_untouched(scalar_weight, w_copy, w_storage);
+
+  // An empty input is no exception (ATen refuses it too), and neither is out as both operands.
+  auto empty = torch::empty({0, 3}, torch::kFloat);
+  EXPECT_C10_ERROR(custom::weighted_sum_out(empty, empty, random({2, 1, 3}, at::kFloat)), "broadcast shape [2, 0, 3]");
+  auto row = random({1, 3}, at::kFloat);
+  EXPECT_C10_ERROR(custom::weighted_sum_out(row, row, random({2, 1}, at::kFloat)), "doesn't match");
+}
+
+TEST_F(WeightedSumOut, OutThatIsAnInputOfTheBroadcastShapeIsWrittenInPlace) {
+  for (const auto dtype : {at::kFloat, at::kDouble}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const auto x = random({kCols}, dtype);
+    auto w = random({kRows, kCols}, dtype);
+    const auto expected = w * x.square();
+    const void* storage = w.data_ptr();
+    custom::weighted_sum_out(w, x, w);
+    EXPECT_EQ(w.data_ptr(), storage);
+    EXPECT_TRUE(torch::equal(w, expected));  // bit for bit, as the functional op
+    auto both = random({kRows, kCols}, dtype);
+    const auto cube = both * both.square();
+    custom::weighted_sum_out(both, both, both);
+    EXPECT_TRUE(torch::equal(both, cube));
+  }
+}
+
+TEST_F(WeightedSumOut, OutSharingAnInputsMemoryIsRefusedWhenResizingWouldOverlapIt) {
+  const auto w = random({2, 1, 2, 2}, at::kDouble);
+  // Another tensor over the input's memory: ATen resizes it and reads what it has overwritten.
+  auto x = random({1, 2, 2}, at::kDouble);
+  auto view = x.view({1, 2, 2});
+  const auto x_copy = x.clone();
+  const void* storage = x.data_ptr();
+  EXPECT_C10_ERROR(
+      custom::weighted_sum_out(view, x, w), "custom::weighted_sum.out: out of shape [1, 2, 2] shares memory",
+      "would overlap it");
+  expect_untouched(view, x_copy, storage);
+  expect_untouched(x, x_copy, storage);
+  // An out ahead of the input in one buffer would grow over it, also from zero elements; and over
+  // a strided input, where ATen's own overlap check cannot tell.
+  auto buffer = random({16}, at::kDouble);
+  auto ahead = buffer.slice(0, 0, 4).view({1, 2, 2});
+  EXPECT_C10_ERROR(custom::weighted_sum_out(ahead, buffer.slice(0, 4, 8).view({1, 2, 2}), w), "would overlap it");
+  auto nothing_yet = buffer.slice(0, 0, 0);
+  EXPECT_C10_ERROR(custom::weighted_sum_out(nothing_yet, buffer.slice(0, 4, 8).view({1, 2, 2}), w), "would overlap");
+  auto strided_ahead = buffer.slice(0, 0, 1);
+  EXPECT_C10_ERROR(
+      custom::weighted_sum_out(strided_ahead, buffer.slice(0, 1, 16, 4).view({1, 2, 2}), w), "would overlap");
+  EXPECT_EQ(ahead.sizes(), (std::vector<int64_t>{1, 2, 2}));
+  EXPECT_EQ(nothing_yet.numel(), 0);
+  // Grown where the inputs are not, it is resized as any out.
+  auto behind = buffer.slice(0, 8, 12).view({1, 2, 2});
+  const auto input = buffer.slice(0, 0, 4).view({1, 2, 2});
+  const auto expected = w * input.square();
+  custom::weighted_sum_out(behind, input, w);
+  EXPECT_EQ(behind.sizes(), (std::vector<int64_t>{2, 1, 2, 2}));
+  EXPECT_TRUE(torch::equal(behind, expected));
+}
+
 TEST_F(WeightedSumInplace, OverwritesSelfInItsOwnStorageForEachDtypeAndWeightShape) {
   for (const auto dtype : kFloatingDtypes) {
     for (const auto& weight_shape : std::vector<std::vector<int64_t>>{{kRows, kCols}, {kCols}, {kRows, 1}, {}}) {

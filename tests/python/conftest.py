@@ -8,6 +8,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -65,3 +66,13 @@ def pytest_sessionstart(session):
             f"Inductor's C++ compiler {compiler} links libstdc++ statically: the graphs it compiles would "
             "crash this process. Run the tests with CXX set to a compiler that links libstdc++.so "
             "(e.g. CXX=/usr/bin/g++).", returncode=3)
+
+
+def pytest_terminal_summary(terminalreporter):
+    # The ATen-oracle campaign's example count and outcomes (printed even with -q).
+    oracle = sys.modules.get("oracle")
+    if oracle is None or not oracle.OUTCOMES:
+        return
+    for (device, overload), outcomes in sorted(oracle.OUTCOMES.items()):
+        counts = ", ".join(f"{name} {n}" for name, n in sorted(outcomes.items()))
+        terminalreporter.write_line(f"ATen oracle {device} {overload}: {sum(outcomes.values())} examples ({counts})")
