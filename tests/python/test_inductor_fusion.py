@@ -27,11 +27,24 @@ def load_decompositions():
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
-        module.install("test")
     return sys.modules[name]
 
 
 decompositions = load_decompositions()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def installed():
+    # For this module only: other test files compile (AOTInductor packages, say) expecting the op.
+    import torch.compiler.config as compiler_config
+
+    saved_tag = compiler_config.cache_key_tag
+    decompositions.install("test")
+    decompositions.set_enabled(True)
+    yield
+    decompositions.set_enabled(False)
+    compiler_config.cache_key_tag = saved_tag
+    torch._dynamo.reset()
 
 
 @pytest.fixture(params=[True, False], ids=["decomposed", "opaque"])
