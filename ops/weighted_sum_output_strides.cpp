@@ -177,23 +177,16 @@ Strides iterator_output_strides(
 }
 
 // The weight's strides as `weight * squared` reads it. On the CPU TensorIterator first copies an
-// input of another dtype to the common one with `.to()`, which keeps a dense layout only; any
-// other becomes contiguous (or channels_last when its strides look so). A FakeTensor reports its
-// real device here, so the Meta kernel follows the same rule.
+// input of another dtype to the common one with `.to()`, which keeps a dense layout's strides and
+// gives any other the dense strides of its dimensions' order (at::infer_dense_strides). A
+// FakeTensor reports its real device here, so the Meta kernel follows the same rule.
 Strides weight_strides_as_read(const at::Tensor& weight, at::ScalarType dtype) {
   const auto strides = weight.sym_strides();
   if (!weight.device().is_cpu() || weight.scalar_type() == dtype || weight.is_non_overlapping_and_dense()) {
     return Strides(strides.begin(), strides.end());
   }
   const auto sizes = weight.sym_sizes();
-  switch (weight.suggest_memory_format()) {
-    case at::MemoryFormat::ChannelsLast:
-      return dense_strides(sizes, kChannelsLast);
-    case at::MemoryFormat::ChannelsLast3d:
-      return dense_strides(sizes, std::array<int64_t, 5>{0, 2, 3, 4, 1});
-    default:
-      return contiguous_strides(sizes);
-  }
+  return dense_strides(sizes, stride_order({Strides(strides.begin(), strides.end())}, sizes));
 }
 
 }  // namespace
