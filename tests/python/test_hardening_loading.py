@@ -93,8 +93,8 @@ def test_loading_the_library_twice_in_a_fresh_process_is_harmless():
         for name in {names!r}:
             torch.ops.load_library(name)
             torch.ops.load_library(name)
-        # Registered once: both overloads of weighted_sum are there, once each.
-        assert len([s for s in torch._C._jit_get_all_schemas() if s.name == "custom::weighted_sum"]) == 2
+        # Registered once: the three overloads of weighted_sum are there, once each.
+        assert len([s for s in torch._C._jit_get_all_schemas() if s.name == "custom::weighted_sum"]) == 3
         """,
         CHECK_OP,
         # Again after the op ran (its kernels are in use): still harmless.
@@ -109,6 +109,7 @@ def test_each_operator_has_its_schema_registered_exactly_once():
     assert len(schemas) == len(set(schemas)), f"an overload is registered twice: {schemas}"
     expected = [
         ("custom::weighted_sum", ""),
+        ("custom::weighted_sum", "Scalar"),
         ("custom::weighted_sum", "out"),
         ("custom::weighted_sum_", ""),
         ("custom::weighted_sum_backward", ""),
@@ -133,7 +134,7 @@ def test_loading_a_second_copy_of_the_library_warns_and_the_operators_keep_worki
         torch.ops.load_library({str(LIBRARY)!r})
         torch.ops.load_library({str(copy)!r})
         schemas = [s for s in torch._C._jit_get_all_schemas() if s.name == "custom::weighted_sum"]
-        assert len(schemas) == 2, schemas  # the functional and the out= overload, once each
+        assert len(schemas) == 3, schemas  # the functional, .Scalar and out= overloads, once each
         """,
         CHECK_OP,
     )
