@@ -1,12 +1,14 @@
 # The two commands of the README:
 #   make demo   set up, build, install to ./install, show the op from Python and from C++
 #   make test   set up, build, install, run every C++ (ctest) and Python (pytest) test
-# Set-up (scripts/setup-env.sh) makes .venv with torch from PyPI unless python3 already has it.
+# Set-up (scripts/setup-env.sh) uses python3 when its torch is in the supported range, else makes
+# .venv with the newest; TORCH=X.Y.Z builds and tests against that release instead (own build dirs).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
-BUILD ?= build
-PREFIX ?= $(CURDIR)/install
+TORCH ?=
+BUILD ?= build$(if $(TORCH),-torch-$(TORCH))
+PREFIX ?= $(CURDIR)/install$(if $(TORCH),-torch-$(TORCH))
 CUDA ?= AUTO
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
@@ -17,7 +19,7 @@ PYTHON = $(shell cat $(BUILD)/python-path)
 
 install:
 	@mkdir -p $(BUILD)
-	scripts/setup-env.sh > $(BUILD)/python-path
+	TORCH=$(TORCH) scripts/setup-env.sh > $(BUILD)/python-path
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUSTOM_OPS_CUDA=$(CUDA) \
 	  -DPython3_EXECUTABLE=$$(cat $(BUILD)/python-path) $(CMAKE_ARGS)
 	cmake --build $(BUILD) -j $(JOBS)

@@ -15,4 +15,5 @@ write_basic_package_version_file(
 install(FILES
   "${CMAKE_CURRENT_BINARY_DIR}/CustomOpsConfig.cmake"
   "${CMAKE_CURRENT_BINARY_DIR}/CustomOpsConfigVersion.cmake"
+  cmake/CustomOpsFindTorch.cmake
   DESTINATION ${_package_dir})

@@ -43,7 +43,11 @@ def example_inputs(device: str | torch.device = "cpu") -> tuple[torch.Tensor, to
 
 
 def export_torchscript(path: str | os.PathLike) -> pathlib.Path:
-    """torch.jit.script + torch.jit.save of WeightedSumModel."""
+    """torch.jit.script + torch.jit.save of WeightedSumModel.
+
+    TorchScript is deprecated upstream (torch >= 2.14 warns with a FutureWarning); it still works
+    with this library, but new C++ deployments should use export_aoti (torch.export + AOTInductor).
+    """
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.jit.save(torch.jit.script(WeightedSumModel()), str(path))

@@ -65,3 +65,65 @@ def test_a_compiler_that_links_libstdcxx_statically_fails_the_configure(tmp_path
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     assert f"{variable}={compiler} links libstdc++ statically" in " ".join(output.split()), output
+
+
+def configure(build_dir, *options, env=None, prefix=None):
+    command = ["cmake", "-S", str(REPO), "-B", str(build_dir), "-DCUSTOM_OPS_BUILD_TESTS=OFF",
+               f"-DPython3_EXECUTABLE={sys.executable}", *options]
+    if prefix is not None:
+        command.append(f"-DCMAKE_PREFIX_PATH={prefix}")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    return result.returncode, result.stdout + result.stderr
+
+
+def fake_torch(directory, version):
+    """A TorchConfig.cmake that reports `version` and nothing else: enough to reach the range check."""
+    config = directory / "share" / "cmake" / "Torch"
+    config.mkdir(parents=True)
+    (config / "TorchConfigVersion.cmake").write_text(
+        f'set(PACKAGE_VERSION "{version}")\nset(PACKAGE_VERSION_COMPATIBLE TRUE)\n')
+    (config / "TorchConfig.cmake").write_text(
+        f'set(TORCH_LIBRARY "{directory}/lib/libtorch.so")\nadd_library(torch INTERFACE IMPORTED)\n')
+    return directory
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
+@pytest.mark.parametrize("version", ["2.10.3", "2.16.0"])
+def test_a_torch_outside_the_supported_range_fails_the_configure(tmp_path, version):
+    code, output = configure(tmp_path / "build", "-DCUSTOM_OPS_CUDA=OFF", prefix=fake_torch(tmp_path / "torch", version))
+    assert code != 0
+    assert f"custom-ops supports torch >= 2.11, < 2.16; found torch {version}" in output, output
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
+def test_the_configure_prints_no_warning_of_ours(tmp_path):
+    code, output = configure(tmp_path / "build")
+    assert code == 0, output
+    assert f"custom-ops: libtorch {torch.__version__.split('+')[0]}" in output
+    warnings = [block.split("\n\n")[0] for block in output.split("CMake Warning")[1:]]
+    # torch's own TorchConfig.cmake looks for a separate libkineto, which its wheels do not ship
+    # (kineto is inside libtorch_cpu.so): a warning of torch's, not ours.
+    assert all("library kineto not found" in warning for warning in warnings), warnings
+    assert "CMAKE_CUDA_ARCHITECTURES" not in output
+
+
+def toolkit_root():
+    nvcc = shutil.which("nvcc")
+    return None if nvcc is None else os.path.realpath(os.path.join(os.path.dirname(os.path.realpath(nvcc)), ".."))
+
+
+@pytest.mark.skipif(
+    not (shutil.which("cmake") and shutil.which("unshare") and os.geteuid() == 0 and toolkit_root()
+         and os.path.isdir(os.path.join(toolkit_root() or "/", "bin"))),
+    reason="needs root, unshare and a CUDA toolkit to hide",
+)
+def test_a_cuda_torch_configures_without_a_cuda_toolkit(tmp_path):
+    # Most pip users have a CUDA build of torch and no toolkit: torch's own CMake config stops there
+    # unless told not to look. The toolkit is hidden in a private mount namespace.
+    root = toolkit_root()
+    script = (f"mount -t tmpfs none {root} && "
+              f"cmake -S {REPO} -B {tmp_path / 'build'} -DCUSTOM_OPS_BUILD_TESTS=OFF -DPython3_EXECUTABLE={sys.executable}")
+    result = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "custom-ops: CUDA kernels OFF" in output and "nvcc: OFF" in output, output

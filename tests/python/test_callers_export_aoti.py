@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from conftest import CUDA_BUILT, HAS_GPU, LIBRARY, REPO
+from torch_warnings import torchscript_deprecation
 
 sys.path.insert(0, str(REPO / "examples" / "python"))
 import export_models  # noqa: E402
@@ -62,8 +63,10 @@ def test_export_round_trip(tmp_path):
 def models(tmp_path_factory):
     """weighted_sum.pt (TorchScript) and weighted_sum_cpu.pt2 (AOTInductor), written once."""
     out = tmp_path_factory.mktemp("models")
+    with torchscript_deprecation():
+        torchscript = export_models.export_torchscript(out / "weighted_sum.pt")
     return {
-        "torchscript": export_models.export_torchscript(out / "weighted_sum.pt"),
+        "torchscript": torchscript,
         "cpu": export_models.export_aoti(out / "weighted_sum_cpu.pt2", "cpu"),
     }
 
@@ -210,7 +213,8 @@ def test_cpp_app_prints_values_and_catches_a_wrong_model(cpp_app, tmp_path):
         def forward(self, input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
             return torch.ops.custom.weighted_sum(input, weight) * 2 + input
 
-    torch.jit.save(torch.jit.script(Wrong()), str(tmp_path / "wrong.pt"))
+    with torchscript_deprecation():
+        torch.jit.save(torch.jit.script(Wrong()), str(tmp_path / "wrong.pt"))
     wrong = subprocess.run(
         [str(cpp_app), "--device", "cpu", "--quiet", str(tmp_path / "wrong.pt")], capture_output=True, text=True,
         timeout=300,

@@ -1,6 +1,8 @@
 """TorchScript callers: torch.jit.script of functions and nn.Modules calling the `custom` operators,
 autograd through them, and torch.jit.save / torch.jit.load in a fresh process that only loaded the
-library (as a deployment would)."""
+library (as a deployment would). TorchScript is deprecated upstream (torch >= 2.14 warns on
+torch.jit.script and torch.jit.save); it stays supported here, and every script/save expects exactly
+that warning where torch emits it."""
 import subprocess
 import sys
 import textwrap
@@ -9,25 +11,38 @@ import pytest
 import torch
 
 from conftest import LIBRARY
+from torch_warnings import torchscript_deprecation
 
 
-@torch.jit.script
-def scripted_function(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def script(obj):
+    with torchscript_deprecation():
+        return torch.jit.script(obj)
+
+
+def save(scripted, path):
+    with torchscript_deprecation():
+        torch.jit.save(scripted, str(path))
+
+
+def function(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.ops.custom.weighted_sum(x, w) + x
 
 
-@torch.jit.script
-def scripted_out(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+def out_function(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     # TorchScript picks the overload from the arguments: out= selects custom::weighted_sum.out.
     torch.ops.custom.weighted_sum(x, w, out=out)
     return out
 
 
-@torch.jit.script
-def scripted_inplace(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def inplace_function(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     y = x.clone()
     torch.ops.custom.weighted_sum_(y, w)
     return y
+
+
+scripted_function = script(function)
+scripted_out = script(out_function)
+scripted_inplace = script(inplace_function)
 
 
 class Net(torch.nn.Module):
@@ -63,7 +78,7 @@ def test_script_out_and_inplace(device):
 
 def test_script_module(device):
     net = Net().to(device)
-    scripted = torch.jit.script(net)
+    scripted = script(net)
     assert "custom::weighted_sum" in str(scripted.graph)
     for rows in (1, 4, 9):
         x = torch.randn(rows, 8, device=device)
@@ -72,7 +87,7 @@ def test_script_module(device):
 
 def test_autograd_through_scripted_module(device):
     net = Net().to(device)
-    scripted = torch.jit.script(net)
+    scripted = script(net)
     x = torch.randn(6, 8, device=device, requires_grad=True)
     grad = torch.randn(6, 3, device=device)
 
@@ -123,8 +138,8 @@ def run_loader(library, *paths, device):
 
 def test_save_and_load_in_fresh_process(device, tmp_path):
     net = Net()
-    torch.jit.save(torch.jit.script(net), str(tmp_path / "net.pt"))
-    torch.jit.save(scripted_function, str(tmp_path / "function.pt"))
+    save(script(net), tmp_path / "net.pt")
+    save(scripted_function, tmp_path / "function.pt")
     x, w = torch.randn(7, 8), torch.randn(8)
     torch.save((x, w), tmp_path / "data.pt")
 
@@ -145,8 +160,8 @@ def test_save_and_load_in_fresh_process(device, tmp_path):
 
 def test_load_without_library_fails_clearly(tmp_path):
     # The negative control: the saved files need the library; without it torch.jit.load says which op.
-    torch.jit.save(torch.jit.script(Net()), str(tmp_path / "net.pt"))
-    torch.jit.save(scripted_function, str(tmp_path / "function.pt"))
+    save(script(Net()), tmp_path / "net.pt")
+    save(scripted_function, tmp_path / "function.pt")
     torch.save((torch.randn(2, 8), torch.randn(8)), tmp_path / "data.pt")
     result = run_loader(
         "-", tmp_path / "net.pt", tmp_path / "function.pt", tmp_path / "data.pt", tmp_path / "out.pt", device="cpu"

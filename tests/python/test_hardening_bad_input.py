@@ -6,13 +6,13 @@ storage) exactly as it was. Special float values (NaN, +-Inf, -0.0) must come ou
 `weight * input.square()` gives them.
 """
 import re
-import warnings
 
 import pytest
 import torch
 
 from conftest import CUDA_BUILT, HAS_GPU
 from reference import NON_STRIDED_LAYOUTS, call_overload, valid_arguments
+from torch_warnings import torch_warnings
 
 OPS = torch.ops.custom
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -324,34 +324,24 @@ def test_cpu_out_for_cuda_inputs_is_rejected_before_resizing():
     )
 
 
-def _resize_warned(recorded, capfd):
-    """ATen's resize warning, as a Python warning or (torch.ops does not convert c10 warnings) on stderr."""
-    python = any("resized" in str(r.message) for r in recorded)
-    return python or "was resized" in capfd.readouterr().err
-
-
 def test_out_of_the_wrong_shape_is_resized_with_atens_warning(device, capfd):
     x, w = torch.randn(3, 4, device=device), torch.randn(4, device=device)
     out = torch.randn(5, device=device)
-    capfd.readouterr()
-    with warnings.catch_warnings(record=True) as recorded:
-        warnings.simplefilter("always")
+    with torch_warnings(capfd) as warned:
         OPS.weighted_sum.out(x, w, out=out)
     assert out.shape == (3, 4)
     assert torch.equal(out, w * x.square())
-    assert _resize_warned(recorded, capfd), "no 'output ... was resized' warning"
+    assert any("was resized" in message for message in warned), "no 'output ... was resized' warning"
 
 
 def test_out_with_zero_elements_is_resized_without_a_warning(device, capfd):
     x, w = torch.randn(3, 4, device=device), torch.randn(4, device=device)
     out = torch.empty(0, device=device)
-    capfd.readouterr()
-    with warnings.catch_warnings(record=True) as recorded:
-        warnings.simplefilter("always")
+    with torch_warnings(capfd) as warned:
         OPS.weighted_sum.out(x, w, out=out)
     assert out.shape == (3, 4)
     assert torch.equal(out, w * x.square())
-    assert not _resize_warned(recorded, capfd)
+    assert not any("resized" in message for message in warned), warned
 
 
 OVERLAP_MESSAGE = r"some elements of the input tensor and the written-to tensor refer to a single memory location"

@@ -147,6 +147,14 @@ def test_other_torch_version_raises_import_error(site):
 
 
 @pytest.mark.slow
+def test_the_wheel_requires_the_torch_series_it_was_built_against(site):
+    # So pip refuses to put it under another torch (scripts/packaging/torch_requirement.py).
+    requires = run_python("import importlib.metadata; print(importlib.metadata.requires('custom-ops'))", site).stdout
+    series = ".".join(torch.__version__.split(".")[:2])
+    assert f"torch=={series}.*" in requires, requires
+
+
+@pytest.mark.slow
 def test_recorded_version_is_what_is_checked(site, tmp_path):
     # The package as installed, with its recorded torch version edited.
     source = pathlib.Path(

@@ -18,6 +18,7 @@ from reference import (
     reference,
     storage_snapshot,
 )
+from torch_warnings import torch_warnings
 
 needs_cuda = pytest.mark.skipif(not (HAS_GPU and CUDA_BUILT), reason="needs a GPU and the CUDA kernels")
 
@@ -66,22 +67,22 @@ def test_out_non_contiguous_keeps_its_strides(device, kind):
 def test_out_wrong_shape_is_resized_with_a_warning(device, capfd):
     x, w = make_inputs("both_broadcast", torch.float32, torch.float32, device)
     out = poisoned((7,), torch.float32, device)
-    capfd.readouterr()
-    OPS.weighted_sum.out(x, w, out=out)
+    with torch_warnings(capfd) as warned:
+        OPS.weighted_sum.out(x, w, out=out)
     assert out.shape == broadcast_shape("both_broadcast")
     assert out.is_contiguous()
     assert_close_to_reference(out, reference(x, w))
-    assert RESIZE_WARNING in capfd.readouterr().err
+    assert any(RESIZE_WARNING in message for message in warned), warned
 
 
 def test_out_with_no_elements_is_resized_silently(device, capfd):
     x, w = make_inputs("channel_weight", torch.float64, torch.float64, device)
     out = torch.empty(0, dtype=torch.float64, device=device)
-    capfd.readouterr()
-    OPS.weighted_sum.out(x, w, out=out)
+    with torch_warnings(capfd) as warned:
+        OPS.weighted_sum.out(x, w, out=out)
     assert out.shape == broadcast_shape("channel_weight")
     assert_close_to_reference(out, reference(x, w))
-    assert RESIZE_WARNING not in capfd.readouterr().err
+    assert not any(RESIZE_WARNING in message for message in warned), warned
 
 
 @pytest.mark.parametrize("out_dtype", [torch.int32, torch.int64, torch.bool, torch.complex64], ids=dtype_name)
