@@ -13,6 +13,13 @@ at::Tensor weighted_sum(const at::Tensor& input, const at::Tensor& weight) {
   return op.call(input, weight);
 }
 
+at::Tensor weighted_sum(const at::Tensor& input, const at::Scalar& weight) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("custom::weighted_sum", "Scalar")
+                             .typed<at::Tensor(const at::Tensor&, const at::Scalar&)>();
+  return op.call(input, weight);
+}
+
 at::Tensor& weighted_sum_out(at::Tensor& out, const at::Tensor& input, const at::Tensor& weight) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("custom::weighted_sum", "out")

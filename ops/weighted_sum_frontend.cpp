@@ -7,6 +7,7 @@
 #include <c10/util/accumulate.h>
 
 #include "weighted_sum_checks.h"
+#include "weighted_sum_output_strides.h"
 
 namespace custom::detail {
 
@@ -91,7 +92,9 @@ at::Tensor weighted_sum(const at::Tensor& input, const at::Tensor& weight, const
   constexpr const char* op = "custom::weighted_sum";
   const auto dtype = check_forward_inputs(input, weight, op);
   const auto shape = broadcast_shape(input, "input", weight, "weight", op);
-  auto out = at::empty_symint(shape, input.options().dtype(dtype));
+  // Laid out as `weight * input.square()` lays out its result (channels_last stays channels_last).
+  auto out = at::empty_strided_symint(
+      shape, composite_output_strides(input, weight, shape, dtype), input.options().dtype(dtype));
   run_forward(out, input, weight, loops.forward, Output::Fresh);
   return out;
 }

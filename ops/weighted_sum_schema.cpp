@@ -16,6 +16,8 @@ namespace {
 void define_operators(torch::Library& m) {
   const std::vector<at::Tag> tags = {at::Tag::pt2_compliant_tag};
   m.def("weighted_sum(Tensor input, Tensor weight) -> Tensor", tags);
+  // A Python number as weight, like aten::mul.Scalar (ops/weighted_sum_scalar.cpp).
+  m.def("weighted_sum.Scalar(Tensor input, Scalar weight) -> Tensor", tags);
   m.def("weighted_sum.out(Tensor input, Tensor weight, *, Tensor(a!) out) -> ()", tags);
   m.def("weighted_sum_(Tensor(a!) self, Tensor weight) -> ()", tags);
   // Which gradients to compute is an argument, so an unneeded one costs nothing.

@@ -32,7 +32,10 @@ TORCH_VERSION: str = _build_info.TORCH_VERSION
 #: Whether the bundled library has CUDA kernels.
 WITH_CUDA: bool = _build_info.WITH_CUDA
 
-__all__ = ["TORCH_VERSION", "WITH_CUDA", "__version__", "library_path", "weighted_sum"]
+__all__ = [
+    "TORCH_VERSION", "WITH_CUDA", "__version__", "inductor_decomposition_enabled", "library_path",
+    "set_inductor_decomposition", "weighted_sum",
+]
 
 _LIBRARY = pathlib.Path(__file__).resolve().with_name("libcustom_ops.so")
 
@@ -95,17 +98,20 @@ def library_path() -> str:
     return str(_LIBRARY)
 
 
-def weighted_sum(input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def weighted_sum(input: torch.Tensor, weight: torch.Tensor | float) -> torch.Tensor:
     """Elementwise ``weight * input**2``, computed by the custom::weighted_sum operator.
 
     Args:
         input: a float16, bfloat16, float32 or float64 tensor of any shape, on CPU or on CUDA (CUDA
             needs the library built with CUDA kernels, see ``WITH_CUDA``).
-        weight: a tensor of one of those dtypes, broadcastable with ``input``, on the same device.
+        weight: a tensor of one of those dtypes, broadcastable with ``input``, on the same device;
+            or a Python number (``custom::weighted_sum.Scalar``), which like ``input * 2.5`` keeps a
+            float input's dtype (bfloat16 times 2.5 stays bfloat16).
 
     Returns:
-        A new contiguous tensor of the broadcast shape of ``input`` and ``weight`` and their promoted
-        dtype, like ``weight * input.square()``; float16 and bfloat16 compute in float32.
+        A new tensor of the broadcast shape of ``input`` and ``weight`` and their promoted dtype,
+        laid out as ``weight * input.square()`` lays out its result (channels_last stays
+        channels_last); float16 and bfloat16 compute in float32.
 
     Differentiable with respect to both arguments, and traceable by torch.compile (fullgraph, dynamic
     shapes), torch.export and AOTInductor. Same as ``torch.ops.custom.weighted_sum(input, weight)``;
@@ -120,6 +126,32 @@ def weighted_sum(input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """
     return torch.ops.custom.weighted_sum(input, weight)
 
+
+def set_inductor_decomposition(enabled: bool) -> None:
+    """Whether torch.compile (Inductor) decomposes the op into pointwise math it can fuse (default on).
+
+    On, Inductor replaces ``weighted_sum``, its out= and in-place forms and ``weighted_sum_backward``
+    with ATen math in our kernels' operation order (same forward values, bit for bit), and fuses it
+    with the neighbouring ops. Off, compiled graphs call our kernels, as eager code does: for
+    AOTInductor packages that must contain our kernel. The environment variable
+    ``CUSTOM_OPS_INDUCTOR_DECOMPOSE=0`` turns it off from the start.
+
+    Applies to compiles that start afterwards (``torch._dynamo.reset()`` recompiles functions
+    already compiled). The state and the library version are part of the compile cache key
+    (appended to ``torch.compiler.config.cache_key_tag``), so cached code of the other state is not
+    reused. Eager calls, TorchScript, the C++ API and torch.export graphs always keep the op.
+    """
+    _inductor.set_enabled(enabled)
+
+
+def inductor_decomposition_enabled() -> bool:
+    """Whether torch.compile decomposes the op (see ``set_inductor_decomposition``)."""
+    return _inductor.is_enabled()
+
+
+from . import _inductor  # noqa: E402  (cheap: torch._inductor itself is imported only by a compile)
+
+_inductor.install(__version__)
 
 # DTensor sharding rules, so the op runs on tensors sharded with torch.distributed; registered
 # only where torch.distributed and DTensor exist (register() returns False otherwise).

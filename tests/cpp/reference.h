@@ -104,8 +104,12 @@ inline ::testing::AssertionResult IsWeightedSumOf(
   if (result.device() != input.device()) {
     return ::testing::AssertionFailure() << "device " << result.device() << ", expected " << input.device();
   }
-  if (!result.is_contiguous()) {
-    return ::testing::AssertionFailure() << "result is not contiguous, strides " << result.strides();
+  // The layout of the composite: channels_last stays channels_last, a transposed input gives a
+  // transposed result (TensorIterator's rules).
+  const auto composite_strides = (weight * input.square()).strides();
+  if (result.strides() != composite_strides) {
+    return ::testing::AssertionFailure() << "strides " << result.strides() << ", expected those of "
+                                         << "weight * input.square(): " << composite_strides;
   }
   return AllClose(result, reference(input, weight), dtype);
 }

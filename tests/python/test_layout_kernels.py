@@ -80,7 +80,8 @@ CASES = {**{f"broadcast-{k}": v for k, v in BROADCAST_CASES.items()},
 def test_functional_matches_reference(device, case, dtype):
     x, w = CASES[case](dtype, device)
     out = OPS.weighted_sum(x, w)
-    assert out.shape == torch.broadcast_shapes(x.shape, w.shape) and out.is_contiguous()
+    assert out.shape == torch.broadcast_shapes(x.shape, w.shape)
+    assert out.stride() == (w * x.square()).stride()  # a transposed input: a transposed result
     assert_close_to_reference(out, reference(x, w))
     if dtype in (torch.float32, torch.float64):
         # One rounding per multiply in the order of w * x.square(): bitwise the composite.

@@ -15,8 +15,13 @@
 namespace custom {
 
 // weight * input**2, elementwise, with broadcasting and type promotion like `weight * input.square()`.
-// Half and bfloat16 compute in float32. The result is a new contiguous tensor.
+// Half and bfloat16 compute in float32. The result is a new tensor laid out as the composite's
+// (channels_last stays channels_last, a transposed input gives a transposed result).
 CUSTOM_OPS_API at::Tensor weighted_sum(const at::Tensor& input, const at::Tensor& weight);
+
+// A number as weight, like `input * 2.5` (aten::mul.Scalar): the result has input's dtype for a
+// float input (bfloat16 times 2.5 stays bfloat16), the number rounded to it.
+CUSTOM_OPS_API at::Tensor weighted_sum(const at::Tensor& input, const at::Scalar& weight);
 
 // Writes weight * input**2 into `out`, resizing it (with ATen's warning) when its shape is wrong.
 CUSTOM_OPS_API at::Tensor& weighted_sum_out(at::Tensor& out, const at::Tensor& input, const at::Tensor& weight);

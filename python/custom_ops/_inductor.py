@@ -1,0 +1,216 @@
+"""Lets torch.compile (Inductor) fuse the `custom` operators with the ops around them.
+
+Inductor runs a custom op as an opaque call, so `relu(weighted_sum(a + b, w)) * 3` compiles to
+kernels around our call instead of one kernel. Here every overload gets an entry in Inductor's
+decomposition table: pointwise ATen math in the C++ kernels' operation order (float16/bfloat16
+compute in float32 and round once; float32/float64 compute ``w * (x * x)``), so the fused code gives
+the same forward values as our kernels, bit for bit. Only Inductor reads that table: eager calls,
+TorchScript, the C++ API and torch.export graphs keep the op.
+
+Registration is lazy: importing torch._inductor costs seconds, so `import custom_ops` installs an
+import hook and the entries are written when Inductor's decomposition module is first imported (at
+once when it already is). The state and the library version are appended to
+``torch.compiler.config.cache_key_tag``: Inductor's and AOTAutograd's on-disk caches do not hash the
+decomposition table, and must not serve code compiled under the other state or another version.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import os
+import sys
+import threading
+
+import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+_DECOMPOSITION_MODULE = "torch._inductor.decomposition"
+_ENV_VAR = "CUSTOM_OPS_INDUCTOR_DECOMPOSE"
+
+_lock = threading.RLock()
+_enabled = os.environ.get(_ENV_VAR, "1").strip().lower() not in ("0", "false", "off", "no")
+_version = "unknown"
+_tag_segment = ""  # what this module last appended to cache_key_tag
+
+
+# --- the math, in the C++ kernels' order ---------------------------------------------------------
+
+def _opmath(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the kernels compute in (at::opmath_type): float32 for the half types."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _common_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """TensorIterator's common dtype (torch.result_type over all operands, 0-dim rules included)."""
+    return elementwise_dtypes(*tensors, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
+
+
+def _in_opmath(tensor: torch.Tensor, common: torch.dtype) -> torch.Tensor:
+    """TensorIterator casts each input to the common dtype, the loop then widens it to opmath.
+
+    One difference remains: Inductor computes a cast to a half type inside a fused kernel in
+    float32, so an operand rounded *down* to a half-type common dtype (a float32/float64 0-dim
+    tensor with a bfloat16 input, or float16 against bfloat16) is not rounded there: the result can
+    differ from our kernel's by one rounding (it is the more accurate one).
+    """
+    return tensor.to(common).to(_opmath(common))
+
+
+def _weighted_square(input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    common = _common_dtype(input, weight)
+    x, w = _in_opmath(input, common), _in_opmath(weight, common)
+    return (w * (x * x)).to(common)
+
+
+def weighted_sum(input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return _weighted_square(input, weight)
+
+
+def weighted_sum_out(input: torch.Tensor, weight: torch.Tensor, *, out: torch.Tensor) -> None:
+    from torch._prims_common.wrappers import _maybe_resize_out
+
+    result = _weighted_square(input, weight)
+    _maybe_resize_out(out, result.shape)  # ATen's out= rule, as the C++ frontend applies it
+    out.copy_(result)
+
+
+def weighted_sum_inplace(self: torch.Tensor, weight: torch.Tensor) -> None:
+    self.copy_(_weighted_square(self, weight))
+
+
+def _sum_to(full: torch.Tensor, shape) -> torch.Tensor:
+    """at::sum_to: sums the dimensions `full` was broadcast along back to `shape`."""
+    leading = full.dim() - len(shape)
+    dims = list(range(leading)) + [
+        leading + i for i, size in enumerate(shape) if size == 1 and full.shape[leading + i] != 1
+    ]
+    if not dims:
+        return full
+    return full.sum(dims, keepdim=True).view(shape)
+
+
+def _gradient(argument, shape, formula, operands) -> torch.Tensor:
+    """One gradient as the C++ frontend computes it: over the full output shape in TensorIterator's
+    common dtype of the operands, stored in the argument's dtype (or, when the argument was
+    broadcast, in the promoted dtype, summed back, then cast)."""
+    common = _common_dtype(*operands)
+    value = formula(*(_in_opmath(operand, common) for operand in operands)).to(common)
+    broadcast = tuple(argument.shape) != tuple(shape)
+    if not broadcast:
+        return value.to(argument.dtype)
+    stored = argument.dtype
+    for operand in operands:
+        stored = torch.promote_types(stored, operand.dtype)
+    return _sum_to(value.to(stored), argument.shape).to(argument.dtype)
+
+
+def weighted_sum_backward(grad, input, weight, output_mask):
+    shape = torch.broadcast_shapes(input.shape, weight.shape)
+    grad_input = grad_weight = None
+    if output_mask[0]:
+        grad_input = _gradient(input, shape, lambda g, x, w: (x + x) * w * g, (grad, input, weight))
+    if output_mask[1]:
+        grad_weight = _gradient(weight, shape, lambda g, x: (x * x) * g, (grad, input))
+    return grad_input, grad_weight
+
+
+def _table():
+    custom = torch.ops.custom
+    return {
+        custom.weighted_sum.default: weighted_sum,
+        custom.weighted_sum.out: weighted_sum_out,
+        custom.weighted_sum_.default: weighted_sum_inplace,
+        custom.weighted_sum_backward.default: weighted_sum_backward,
+    }
+
+
+# --- registration ----------------------------------------------------------------------------
+
+def _apply() -> None:
+    """Writes or removes the table entries to match the state; needs Inductor's module imported."""
+    module = sys.modules.get(_DECOMPOSITION_MODULE)
+    if module is None or getattr(module, "decompositions", None) is None:
+        return
+    with _lock:
+        for op, function in _table().items():
+            if _enabled:
+                module.decompositions[op] = function
+            else:
+                module.decompositions.pop(op, None)
+        # select_decomp_table() returns a cached merge of the table: a stale one would keep the
+        # old state, and a compile would then find both a fallback and a decomposition for the op.
+        cached = getattr(module, "fast_random_decomps", None)
+        if cached is not None and hasattr(cached, "cache_clear"):
+            cached.cache_clear()
+
+
+def _update_cache_key_tag() -> None:
+    global _tag_segment
+    import torch.compiler.config as compiler_config
+
+    with _lock:
+        current = compiler_config.cache_key_tag or ""
+        parts = [part for part in current.split("|") if part and part != _tag_segment]
+        _tag_segment = f"custom_ops-{_version}-inductor-decomposition-{'on' if _enabled else 'off'}"
+        compiler_config.cache_key_tag = "|".join(parts + [_tag_segment])
+
+
+class _RegisterAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Runs _apply() right after torch._inductor.decomposition executes, wherever it is imported."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != _DECOMPOSITION_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self:
+                continue
+            find_spec = getattr(finder, "find_spec", None)
+            spec = find_spec(fullname, path, target) if find_spec is not None else None
+            if spec is not None and spec.loader is not None:
+                self._loader = spec.loader
+                spec.loader = self
+                return spec
+        return None
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        _uninstall_hook()
+        _apply()
+
+
+_hook: _RegisterAfterImport | None = None
+
+
+def _uninstall_hook() -> None:
+    global _hook
+    with _lock:
+        if _hook is not None and _hook in sys.meta_path:
+            sys.meta_path.remove(_hook)
+        _hook = None
+
+
+def install(version: str) -> None:
+    """Called once by `import custom_ops`: registers now if Inductor is loaded, else on its import."""
+    global _hook, _version
+    with _lock:
+        _version = version
+        _update_cache_key_tag()
+        if _DECOMPOSITION_MODULE in sys.modules:
+            _apply()
+        elif _hook is None:
+            _hook = _RegisterAfterImport()
+            sys.meta_path.insert(0, _hook)
+
+
+def set_enabled(enabled: bool) -> None:
+    global _enabled
+    with _lock:
+        _enabled = bool(enabled)
+        _update_cache_key_tag()
+        _apply()
+
+
+def is_enabled() -> bool:
+    return _enabled
