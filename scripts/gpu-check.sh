@@ -8,7 +8,9 @@
 # on the device machine, so there: `--no-sanitizers` (build, ctest, pytest), then `--bench-only`.
 # Where pytest alone needs longer (one GPU, fewer cores for pytest-xdist), split it over two
 # calls: PYTEST_TARGETS picks test files (default tests/python), SKIP_CTEST=1 skips ctest,
-# PYTEST_LIMIT sets its time limit in seconds (default 400).
+# PYTEST_LIMIT sets its time limit in seconds (default 400), PYTEST_K selects tests by pytest -k
+# (e.g. PYTEST_K="not cpu": CI runs the CPU cases). The functorch headers need nlohmann/json.hpp: carry
+# .deps/nlohmann_json/include (a copy of Debian's nlohmann-json3-dev) to that offline machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BENCH=0 TESTS=1 SANITIZERS=1
@@ -71,7 +73,7 @@ if [ $TESTS = 1 ]; then
   # pytest-xdist, where present, spreads the tests over processes (one CUDA context each).
   PARALLEL=$("$PY" -c "import xdist" 2>/dev/null && echo "-n $(( $(nproc) > 24 ? 16 : $(nproc) / 2 ))" || true)
   step pytest pytest.log "${PYTEST_LIMIT:-400}" env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
-    "$PY" -m pytest ${PYTEST_TARGETS:-tests/python} -q -rs --durations=15 $PARALLEL
+    "$PY" -m pytest ${PYTEST_TARGETS:-tests/python} -q -rs --durations=15 $PARALLEL ${PYTEST_K:+-k "$PYTEST_K"}
 fi
 # memcheck and racecheck over the CUDA GoogleTests; their small sizes keep them quick.
 if [ $SANITIZERS = 1 ]; then
