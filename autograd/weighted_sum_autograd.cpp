@@ -1,206 +1,209 @@
-// Autograd kernels: registered at the Autograd key, they record the graph and re-enter the
-// dispatcher below autograd for the computation, so every caller (Python, C++, TorchScript,
-// torch.compile) differentiates the op the same way.
+// Autograd kernels: registered at the Autograd key, written like the kernels PyTorch generates for
+// its own ops (VariableType): they compute the result by redispatching below autograd, then
+// record a graph node for reverse mode (set_history / rebase_history) and set the result's
+// tangent for forward mode. Grad mode is never toggled, so under torch.func transforms each level
+// records its own graph (functorch reuses exactly these kernels, level by level), and every
+// caller (Python, C++, TorchScript, torch.compile) differentiates the op the same way.
 #include <algorithm>
-
-#include <torch/autograd.h>
-#include <torch/library.h>
+#include <initializer_list>
 
 #include <ATen/ATen.h>
-#include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/functorch/TensorWrapper.h>
 #include <torch/csrc/autograd/VariableTypeUtils.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/library.h>
 
-#include <custom_ops/weighted_sum.h>
+#include "node_pointer.h"
+#include "weighted_sum_nodes.h"
+#include "weighted_sum_tangents.h"
 
-namespace custom {
+namespace custom::autograd {
 namespace {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
+using torch::autograd::collect_next_edges;
+using torch::autograd::compute_requires_grad;
+using torch::autograd::isFwGradDefined;
 
-// The gradients of y = weight * input**2, reduced to each argument's shape, by the fused backward
-// operator. That operator is differentiable itself (below), so create_graph and second order work.
-variable_list weighted_sum_gradients(
-    const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight, std::array<bool, 2> needed) {
-  if (!needed[0] && !needed[1]) {
-    return {at::Tensor(), at::Tensor()};
-  }
-  auto [grad_input, grad_weight] = custom::weighted_sum_backward(grad, input, weight, needed);
-  return {grad_input, grad_weight};
+// The tangent of a dual tensor at forward level 0 (undefined when it has none) and its primal,
+// as ATen's generated kernels take them (toNonOptFwGrad / toNonOptPrimal). Only level 0 exists:
+// torch.func's jvp gives each of its levels its own tensors, and level 0 on them.
+at::Tensor tangent_of(const at::Tensor& t) {
+  return t.defined() ? t._fw_grad(/*level=*/0) : at::Tensor();
+}
+at::Tensor primal_of(const at::Tensor& t) {
+  return isFwGradDefined(t) ? t._fw_primal(/*level=*/0) : t;
 }
 
-at::Tensor add_defined(const at::Tensor& sum, const at::Tensor& term) {
-  return sum.defined() ? sum + term : term;
-}
-
-// Differentiates (grad_input, grad_weight) = (sum_to(2 w x g), sum_to(x^2 g)) with plain ATen ops,
-// which are differentiable again, so every higher order works too.
-class WeightedSumBackwardFunction : public torch::autograd::Function<WeightedSumBackwardFunction> {
- public:
-  // Returns only the gradients output_mask asks for: autograd cannot track undefined outputs.
-  static variable_list forward(
-      AutogradContext* ctx,
-      const at::Tensor& grad,
-      const at::Tensor& input,
-      const at::Tensor& weight,
-      std::array<bool, 2> output_mask) {
-    ctx->save_for_backward({grad, input, weight});
-    ctx->saved_data["output_mask"] = std::vector<bool>{output_mask[0], output_mask[1]};
-    at::AutoDispatchBelowADInplaceOrView guard;
-    auto [grad_input, grad_weight] = custom::weighted_sum_backward(grad, input, weight, output_mask);
-    variable_list outputs;
-    if (output_mask[0]) outputs.push_back(grad_input);
-    if (output_mask[1]) outputs.push_back(grad_weight);
-    return outputs;
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const auto saved = ctx->get_saved_variables();
-    const auto& grad = saved[0];
-    const auto& input = saved[1];
-    const auto& weight = saved[2];
-    const auto output_mask = ctx->saved_data["output_mask"].toBoolList();
-    const at::Tensor grad_grad_input = output_mask[0] ? grad_outputs[0] : at::Tensor();
-    const at::Tensor grad_grad_weight = output_mask[1] ? grad_outputs.back() : at::Tensor();
-    at::Tensor d_grad;
-    at::Tensor d_input;
-    at::Tensor d_weight;
-    if (grad_grad_input.defined()) {
-      const auto two_ggi = 2 * grad_grad_input;
-      if (ctx->needs_input_grad(0)) d_grad = two_ggi * weight * input;
-      if (ctx->needs_input_grad(1)) d_input = two_ggi * weight * grad;
-      if (ctx->needs_input_grad(2)) d_weight = two_ggi * input * grad;
-    }
-    if (grad_grad_weight.defined()) {
-      if (ctx->needs_input_grad(0)) d_grad = add_defined(d_grad, grad_grad_weight * input.square());
-      if (ctx->needs_input_grad(1)) d_input = add_defined(d_input, 2 * grad_grad_weight * input * grad);
-    }
-    const auto reduce_to = [](const at::Tensor& g, const at::Tensor& like) {
-      return g.defined() ? at::sum_to(g, like.sym_sizes()).to(like.scalar_type()) : g;
-    };
-    return {reduce_to(d_grad, grad), reduce_to(d_input, input), reduce_to(d_weight, weight), at::Tensor()};
-  }
-};
-
-class WeightedSumFunction : public torch::autograd::Function<WeightedSumFunction> {
- public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight) {
-    ctx->save_for_backward({input, weight});  // not the output: the gradients never read it
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return custom::weighted_sum(input, weight);
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const auto saved = ctx->get_saved_variables();
-    return weighted_sum_gradients(
-        grad_outputs[0], saved[0], saved[1], {ctx->needs_input_grad(0), ctx->needs_input_grad(1)});
-  }
-};
-
-// In place: self is overwritten, so the backward reads copies of the original self (and of weight
-// when it overlaps self) that the caller made before the write, with grad mode on, so their
-// history reaches self's old history and second order is right. mark_dirty handles views.
-class WeightedSumInplaceFunction : public torch::autograd::Function<WeightedSumInplaceFunction> {
- public:
-  static at::Tensor forward(
-      AutogradContext* ctx,
-      at::Tensor self,
-      const at::Tensor& weight,
-      const at::Tensor& original_self,
-      const at::Tensor& original_weight) {
-    ctx->save_for_backward({original_self, original_weight});
-    {
-      at::AutoDispatchBelowADInplaceOrView guard;
-      custom::weighted_sum_(self, weight);
-    }
-    ctx->mark_dirty({self});
-    return self;
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const auto saved = ctx->get_saved_variables();
-    auto grads = weighted_sum_gradients(
-        grad_outputs[0], saved[0], saved[1], {ctx->needs_input_grad(0), ctx->needs_input_grad(1)});
-    // The copies are only read: their gradient reaches self's history through self's own edge.
-    return {grads[0], grads[1], at::Tensor(), at::Tensor()};
-  }
-};
-
-// Undefined, nested, sparse or mkldnn operands never reach Function::apply, which would fail on
-// them with a message that names nothing; below autograd the kernels name the argument.
+// Undefined, nested, sparse or mkldnn operands go straight to the kernels below autograd, which
+// name the argument and the problem, before any graph bookkeeping could fail less clearly.
 bool all_dense(std::initializer_list<at::Tensor> tensors) {
   return std::all_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) {
     return t.defined() && t.layout() == at::kStrided && !t.is_nested() && !t.is_mkldnn();
   });
 }
 
-// Whether autograd has anything to record: Function::apply's bookkeeping costs more than a
-// small kernel, so calls that record nothing skip it and run the kernel directly.
-bool records_graph(std::initializer_list<at::Tensor> tensors) {
-  return at::GradMode::is_enabled() &&
-      std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.defined() && t.requires_grad(); });
+const auto& weighted_sum_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("custom::weighted_sum", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  return op;
 }
 
 at::Tensor weighted_sum_autograd(c10::DispatchKeySet keys, const at::Tensor& input, const at::Tensor& weight) {
-  if (!all_dense({input, weight}) || !records_graph({input, weight})) {
-    // The hot path of inference: straight on to the kernel below autograd with the keys already
-    // computed, as ATen's own autograd kernels do, rather than a TLS guard and a fresh dispatch.
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("custom::weighted_sum", "")
-                               .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
-    return op.redispatch(keys & c10::after_autograd_keyset, input, weight);
+  const bool requires_grad = compute_requires_grad(input, weight);
+  const bool has_tangents = isFwGradDefined(input) || isFwGradDefined(weight);
+  auto result = [&] {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return weighted_sum_op().redispatch(keys & c10::after_autograd_keyset, input, weight);
+  }();
+  if (requires_grad) {
+    auto grad_fn = make_node<WeightedSumBackward0>();
+    grad_fn->set_next_edges(collect_next_edges(input, weight));
+    grad_fn->input_ = SavedVariable(input, /*is_output=*/false);
+    grad_fn->weight_ = SavedVariable(weight, /*is_output=*/false);
+    torch::autograd::set_history(result, grad_fn);
+    node_attached(grad_fn);
   }
-  return WeightedSumFunction::apply(input, weight);
+  if (has_tangents) {
+    const auto tangent =
+        weighted_sum_tangent(primal_of(input), primal_of(weight), tangent_of(input), tangent_of(weight));
+    result._set_fw_grad(tangent.to(result.scalar_type()), /*level=*/0, /*is_inplace_op=*/false);
+  }
+  return result;
 }
 
-void weighted_sum_inplace_autograd(const at::Tensor& self, const at::Tensor& weight) {
-  if (records_graph({self, weight}) && all_dense({self, weight})) {
+// functorch refuses in place into a tensor captured from outside a grad transform only for
+// schemas that return the mutated tensor; ours returns nothing (for torch.compile), so the check
+// is here: under grad/jvp, such a tensor arrives as an immutable wrapper, and writing into it
+// would silently drop its gradient. Same message as ATen's ops.
+void check_not_captured(const at::Tensor& self) {
+  const auto* wrapper = at::functorch::maybeGetTensorWrapper(self);
+  TORCH_CHECK(
+      wrapper == nullptr || !wrapper->is_immutable(),
+      "During a grad (vjp, jvp, grad, etc) transform, the function provided attempted to call in-place "
+      "operation (custom::weighted_sum_) that would mutate a captured Tensor. A captured Tensor is one that "
+      "is defined outside of the function transform and is not an input to the transformed function.");
+}
+
+void weighted_sum_inplace_autograd(c10::DispatchKeySet keys, const at::Tensor& self, const at::Tensor& weight) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("custom::weighted_sum_", "")
+                             .typed<void(const at::Tensor&, const at::Tensor&)>();
+  check_not_captured(self);
+  const bool dense = all_dense({self, weight});
+  const bool requires_grad = dense && compute_requires_grad(self, weight);
+  const bool has_tangents = dense && (isFwGradDefined(self) || isFwGradDefined(weight));
+  at::Tensor original_self;
+  at::Tensor original_weight = weight;
+  decltype(make_node<WeightedSumBackward0>()) grad_fn;
+  if (requires_grad || has_tangents) {
     // ATen's checks before anything is written: no in-place on a leaf (or a view of one) that
     // requires grad.
-    torch::autograd::check_inplace(self, /*requires_grad=*/true);
-    // The copies are made with grad mode on (see WeightedSumInplaceFunction), and before the
-    // write; weight is copied only when the write would change it (weighted_sum_(a, a)).
-    const auto original_self = self.clone();
-    const bool weight_overlaps_self = at::get_overlap_status(self, weight) != at::MemOverlapStatus::No;
-    const auto original_weight = weight_overlaps_self ? weight.clone() : weight;
-    WeightedSumInplaceFunction::apply(self, weight, original_self, original_weight);
-    return;
+    torch::autograd::check_inplace(self, requires_grad);
+    // The derivatives read self as it was: a copy made before the write, with grad mode on so
+    // its history reaches self's old history (second order). weight is copied only when the
+    // write would change it (weighted_sum_(a, a)).
+    original_self = self.clone();
+    if (at::get_overlap_status(self, weight) != at::MemOverlapStatus::No) {
+      original_weight = weight.clone();
+    }
+  }
+  if (requires_grad) {
+    grad_fn = make_node<WeightedSumBackward0>();
+    grad_fn->set_next_edges(collect_next_edges(self, weight));
+    grad_fn->input_ = SavedVariable(original_self, /*is_output=*/false);
+    grad_fn->weight_ = SavedVariable(original_weight, /*is_output=*/false);
   }
   {
     at::AutoDispatchBelowADInplaceOrView guard;
-    at::Tensor mutable_self = self;
-    custom::weighted_sum_(mutable_self, weight);
+    op.redispatch(keys & c10::after_autograd_keyset, self, weight);
   }
   // What ATen's ADInplaceOrView kernel does for its own in-place ops: tensors saved for a
   // backward before this call must see that they changed.
   torch::autograd::increment_version(self);
+  if (grad_fn) {
+    rebase_history_and_attach(self, grad_fn);
+  }
+  if (has_tangents) {
+    const auto tangent = weighted_sum_tangent(
+                             primal_of(original_self), primal_of(original_weight), tangent_of(original_self),
+                             tangent_of(original_weight))
+                             .to(self.scalar_type());
+    // An existing tangent is updated in place (it may be a view other tensors share); a new one
+    // is attached.
+    auto self_t = tangent_of(self);
+    if (self_t.defined()) {
+      self_t.copy_(tangent);
+      self._set_fw_grad(self_t, /*level=*/0, /*is_inplace_op=*/true);
+    } else {
+      self._set_fw_grad(tangent, /*level=*/0, /*is_inplace_op=*/true);
+    }
+  }
 }
 
-void weighted_sum_out_autograd(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out) {
-  // ATen's rule and message for out= under autograd.
+void weighted_sum_out_autograd(
+    c10::DispatchKeySet keys, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("custom::weighted_sum", "out")
+                             .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  // ATen's rules and messages for out= under autograd.
   TORCH_CHECK(
-      !(at::GradMode::is_enabled() && (input.requires_grad() || weight.requires_grad() || out.requires_grad())),
+      !compute_requires_grad(input, weight, out),
       "custom::weighted_sum.out: out=... arguments don't support automatic differentiation, "
       "but one of the arguments requires grad.");
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      !(isFwGradDefined(input) || isFwGradDefined(weight) || isFwGradDefined(out)),
+      "Trying to use forward AD with custom::weighted_sum.out that does not support it because it is an out= "
+      "function");
   {
     at::AutoDispatchBelowADInplaceOrView guard;
-    at::Tensor mutable_out = out;
-    custom::weighted_sum_out(mutable_out, input, weight);
+    op.redispatch(keys & c10::after_autograd_keyset, input, weight, out);
   }
   torch::autograd::increment_version(out);
 }
 
 std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_autograd(
-    const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight, std::array<bool, 2> output_mask) {
-  if ((!output_mask[0] && !output_mask[1]) || !all_dense({grad, input, weight}) ||
-      !records_graph({grad, input, weight})) {
+    c10::DispatchKeySet keys,
+    const at::Tensor& grad,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    std::array<bool, 2> output_mask) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("custom::weighted_sum_backward", "")
+          .typed<std::tuple<at::Tensor, at::Tensor>(
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, std::array<bool, 2>)>();
+  const bool computes_any = (output_mask[0] || output_mask[1]) && all_dense({grad, input, weight});
+  const bool requires_grad = computes_any && compute_requires_grad(grad, input, weight);
+  const bool has_tangents =
+      computes_any && (isFwGradDefined(grad) || isFwGradDefined(input) || isFwGradDefined(weight));
+  auto [grad_input, grad_weight] = [&] {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return custom::weighted_sum_backward(grad, input, weight, output_mask);
+    return op.redispatch(keys & c10::after_autograd_keyset, grad, input, weight, output_mask);
+  }();
+  if (requires_grad) {
+    auto grad_fn = make_node<WeightedSumBackwardBackward0>();
+    grad_fn->set_next_edges(collect_next_edges(grad, input, weight));
+    grad_fn->grad_ = SavedVariable(grad, /*is_output=*/false);
+    grad_fn->input_ = SavedVariable(input, /*is_output=*/false);
+    grad_fn->weight_ = SavedVariable(weight, /*is_output=*/false);
+    torch::autograd::set_history({grad_input, grad_weight}, grad_fn);
+    node_attached(grad_fn);
   }
-  auto grads = WeightedSumBackwardFunction::apply(grad, input, weight, output_mask);
-  return {output_mask[0] ? grads[0] : at::Tensor(), output_mask[1] ? grads.back() : at::Tensor()};
+  if (has_tangents) {
+    const auto [grad_input_t, grad_weight_t] = weighted_sum_backward_tangents(
+        primal_of(grad), primal_of(input), primal_of(weight), tangent_of(grad), tangent_of(input),
+        tangent_of(weight), output_mask);
+    if (grad_input_t.defined()) {
+      grad_input._set_fw_grad(grad_input_t, /*level=*/0, /*is_inplace_op=*/false);
+    }
+    if (grad_weight_t.defined()) {
+      grad_weight._set_fw_grad(grad_weight_t, /*level=*/0, /*is_inplace_op=*/false);
+    }
+  }
+  return {std::move(grad_input), std::move(grad_weight)};
 }
 
 }  // namespace
@@ -212,4 +215,4 @@ TORCH_LIBRARY_IMPL(custom, Autograd, m) {
   m.impl("weighted_sum_", TORCH_FN(weighted_sum_inplace_autograd));
 }
 
-}  // namespace custom
+}  // namespace custom::autograd

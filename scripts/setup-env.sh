@@ -32,8 +32,9 @@ command -v ninja >/dev/null || missing+=(ninja-build)
 command -v g++ >/dev/null || missing+=(g++)
 [ -e /usr/lib/x86_64-linux-gnu/cmake/GTest/GTestConfig.cmake ] || missing+=(libgtest-dev)
 python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
-# Header-only; torch's functorch headers include it, the wheels do not ship it.
-[ -e /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
+# Header-only; torch's functorch headers include it, the wheels do not ship it. An offline machine
+# (the GPU check) gets a copy carried in .deps/nlohmann_json/include instead.
+[ -e /usr/include/nlohmann/json.hpp ] || [ -e .deps/nlohmann_json/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup-env: installing ${missing[*]} from Debian" >&2
   apt-get update -qq >&2 && apt-get install -y -qq "${missing[@]}" >&2

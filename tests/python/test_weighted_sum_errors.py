@@ -181,7 +181,7 @@ def test_non_strided_layout_raises_naming_the_argument(device, layout, op, arg):
 
 @pytest.mark.filterwarnings("ignore:.*nested tensors.*:UserWarning")
 def test_nested_grad_to_backward_computing_nothing_raises_naming_grad(device):
-    # Without the Autograd kernel's Function in the way (nothing to compute), the layout error shows.
+    # With nothing to compute, the Autograd kernel records no graph node, so the layout error shows.
     args = valid_arguments(device, shape=(3, 4), weight_shape=(3, 4))
     args["grad"] = nested(args["grad"])
     with pytest.raises(RuntimeError, match="custom::weighted_sum_backward: grad must be a dense strided tensor"):
