@@ -50,6 +50,11 @@ BENCH_DIR = pathlib.Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LAYOUTS = ("contiguous", "broadcast", "transposed")
+# Per-channel weights (issue 15), forward+backward always, each at a fixed channel count C:
+# row_cC: x [n/C, C], w [C]; column_cC: x [n/C, C], w [n/C, 1]; nchw_cC: x [N, C, H, W],
+# w [C, 1, 1] with H * W = min(256, n / 2C). Not in the default sweep: `--layouts per-channel`.
+CHANNEL_COUNTS = (1024, 4096, 16384)
+PER_CHANNEL_LAYOUTS = tuple(f"{kind}_c{c}" for kind in ("row", "column", "nchw") for c in CHANNEL_COUNTS)
 FWD_BWD_VARIANTS = (
     "ours_fwd_bwd", "eager_fwd_bwd", "compile_fwd_bwd", "ours_fwd_bwd_graph", "eager_fwd_bwd_graph", "add_fwd_bwd",
 )
@@ -82,7 +87,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         "--max-log2", type=int, default=None, help="largest size, log2 of the element count (default: 28 GPU, 22 CPU)"
     )
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated subset of %(default)s")
-    parser.add_argument("--layouts", default=",".join(LAYOUTS), help="comma-separated subset of %(default)s")
+    parser.add_argument("--layouts", default=",".join(LAYOUTS),
+                        help="comma-separated subset of %(default)s and the per-channel layouts "
+                        f"{','.join(PER_CHANNEL_LAYOUTS)} ('per-channel': all of these)")
     parser.add_argument(
         "--threads", default="all,1", help="CPU only: comma-separated thread counts, 'all' = torch's default"
     )
@@ -135,7 +142,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.rounds < 1:
         parser.error(f"need --rounds >= 1, got {args.rounds}")
     args.dtypes = _subset(parser, "--dtypes", args.dtypes, DTYPES)
-    args.layouts = _subset(parser, "--layouts", args.layouts, LAYOUTS)
+    args.layouts = _subset(
+        parser, "--layouts", args.layouts.replace("per-channel", ",".join(PER_CHANNEL_LAYOUTS)),
+        LAYOUTS + PER_CHANNEL_LAYOUTS)
     args.fwd_bwd_layouts = _subset(parser, "--fwd-bwd-layouts", args.fwd_bwd_layouts, LAYOUTS)
     args.threads = _thread_counts(parser, args.threads) if args.cpu else [None]
     return args
@@ -254,6 +263,24 @@ def matrix_shape(log2n: int) -> tuple[int, int]:
     return (1 << log2n) // c, c
 
 
+def per_channel_shapes(layout: str, log2n: int) -> Optional[tuple[tuple, tuple]]:
+    """(x shape, w shape) of a per-channel layout at 2^log2n elements; None where n < 2C (a
+    size-1 dimension, which torch.compile would specialize) or for the other layouts."""
+    if layout not in PER_CHANNEL_LAYOUTS:
+        return None
+    kind, channels = layout.split("_c")
+    c, n = int(channels), 1 << log2n
+    if n < 2 * c:
+        return None
+    if kind == "row":
+        return (n // c, c), (c,)
+    if kind == "column":
+        return (n // c, c), (n // c, 1)
+    plane = min(256, n // (2 * c))
+    width = 1 << ((plane.bit_length() - 1) // 2)
+    return (n // (c * plane), c, plane // width, width), (c, 1, 1)
+
+
 def make_inputs(case: Case, device: torch.device):
     """Fresh randn x and w (never zeros: zeros would hide wrong arithmetic) and an output y.
 
@@ -264,7 +291,10 @@ def make_inputs(case: Case, device: torch.device):
     dtype = DTYPES[case.dtype]
     make = dict(dtype=dtype, device=device)
     rows, cols = matrix_shape(case.log2n)
-    if case.layout == "contiguous":
+    per_channel = per_channel_shapes(case.layout, case.log2n)
+    if per_channel is not None:
+        x, w = torch.randn(per_channel[0], **make), torch.randn(per_channel[1], **make)
+    elif case.layout == "contiguous":
         x, w = torch.randn(case.n, **make), torch.randn(case.n, **make)
     elif case.layout == "broadcast":
         x, w = torch.randn(rows, cols, **make), torch.randn(cols, **make)
@@ -585,6 +615,10 @@ def measure_case(case: Case, device, timer, compiled, with_fwd_bwd: bool) -> lis
             floor_us = times["copy"] * variant.bytes / copy.bytes
             row["floor_us"] = round(floor_us, 3)
             row["vs_floor"] = round(us / floor_us, 4)
+            # < 1: faster than that step of eager / torch.compile (the per-channel targets).
+            for other in ("eager", "compile"):
+                if f"{other}_fwd_bwd" in times:
+                    row[f"vs_{other}"] = round(us / times[f"{other}_fwd_bwd"], 4)
         rows.append(row)
     return rows
 
@@ -603,8 +637,10 @@ def sweep(args, device, timer_for) -> list[dict]:
                 compiler = Compiler(args)
                 print_header(threads, dtype, layout)
                 for log2n in range(args.max_log2, args.min_log2 - 1, -1):
+                    if layout in PER_CHANNEL_LAYOUTS and per_channel_shapes(layout, log2n) is None:
+                        continue
                     case = Case(layout, dtype, log2n, threads)
-                    with_fwd_bwd = layout in args.fwd_bwd_layouts and not args.no_fwd_bwd
+                    with_fwd_bwd = (layout in args.fwd_bwd_layouts or layout in PER_CHANNEL_LAYOUTS) and not args.no_fwd_bwd
                     case_rows = measure_case(case, device, timer, compiler.for_size(log2n), with_fwd_bwd)
                     print_rows(case_rows)
                     rows += case_rows
@@ -736,6 +772,20 @@ def targets() -> list[Target]:
                         "cuda", "fwd_bwd", "ours_fwd_bwd_graph", "vs_floor", 1.1, False, min_log2=24))
     found.append(Target("GPU fwd+bwd contiguous n>=2^24, host floor: torch.add fwd+bwd <= 1.1x the 8-stream floor",
                         "cuda", "fwd_bwd", "add_fwd_bwd", "vs_floor", 1.1, False, min_log2=24))
+    found.append(Target("GPU fwd+bwd per-channel (w [C], [R, 1], [C, 1, 1]) n>=2^26: ours <= 1.15x the 5-stream floor",
+                        "cuda", "fwd_bwd", "ours_fwd_bwd", "vs_floor", 1.15, False, PER_CHANNEL_LAYOUTS, min_log2=26))
+    found.append(Target("GPU fwd+bwd per-channel n>=2^26, CUDA-graph replay: ours <= 1.15x the 5-stream floor",
+                        "cuda", "fwd_bwd", "ours_fwd_bwd_graph", "vs_floor", 1.15, False, PER_CHANNEL_LAYOUTS,
+                        min_log2=26))
+    found.append(Target("GPU fwd+bwd per-channel n>=2^26: ours faster than torch.compile's step",
+                        "cuda", "fwd_bwd", "ours_fwd_bwd", "vs_compile", 1.0, False, PER_CHANNEL_LAYOUTS,
+                        min_log2=26, strict=True))
+    found.append(Target("CPU fwd+bwd per-channel n>=2^20, all threads: ours <= 1/1.5 of eager's step",
+                        "cpu", "fwd_bwd", "ours_fwd_bwd", "vs_eager", 1 / 1.5, False, PER_CHANNEL_LAYOUTS,
+                        min_log2=20, all_threads=True))
+    found.append(Target("CPU fwd+bwd per-channel n>=2^20, all threads: ours <= torch.compile's step",
+                        "cpu", "fwd_bwd", "ours_fwd_bwd", "vs_compile", 1.0, False, PER_CHANNEL_LAYOUTS,
+                        min_log2=20, all_threads=True))
     found.append(Target("small n<=2^14 per-call Python time: ours <= 1.5x torch.add(x, w)",
                         None, "host", "ours", "vs_add", 1.5, False, max_log2=14))
     found.append(Target("small n<=2^14 per-call Python time: ours below eager w*x.pow(2)",
@@ -757,6 +807,7 @@ def _target_rows(target: Target, rows: list[dict], all_threads: Optional[int], a
     return [
         row for row in rows
         if row["kind"] == target.kind and row["variant"] == target.variant and row["layout"] in target.layouts
+        and row.get(target.metric) is not None
         and (any_size or target.min_log2 <= row["log2n"] <= target.max_log2)
         and not (target.all_threads and row["threads"] != all_threads)
     ]

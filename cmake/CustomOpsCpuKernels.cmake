@@ -13,7 +13,7 @@ function(custom_ops_add_cpu_kernels target)
   set(_flags_AVX2 -mavx2 -mfma -mf16c -mbmi -mbmi2)
   foreach(cap IN LISTS _capabilities)
     set(_object ${target}_cpu_${cap})
-    add_library(${_object} OBJECT kernels/cpu/weighted_sum_kernel.cpp)
+    add_library(${_object} OBJECT kernels/cpu/weighted_sum_kernel.cpp kernels/cpu/weighted_sum_backward_per_channel.cpp)
     target_compile_definitions(${_object} PRIVATE CPU_CAPABILITY=${cap} CPU_CAPABILITY_${cap})
     # -Wno-psabi: GCC notes that passing 32/64-byte vectors changed ABI in GCC 4.6; nothing to act on.
     target_compile_options(${_object} PRIVATE ${_flags_${cap}} -Wno-psabi)

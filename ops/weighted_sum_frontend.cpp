@@ -181,6 +181,23 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward(
     return {grad_input, grad_weight};
   }
 
+  if (loops.backward_per_channel != nullptr && (output_mask[0] || output_mask[1])) {
+    // A per-channel weight: one pass, no full-size temporary. Sizes are concrete here (Meta has no loop).
+    const auto plan = plan_backward(grad, input, weight);
+    if (plan.layout != BackwardLayout::Generic) {
+      PerChannelBackward args{
+          .grad_input = output_mask[0] ? at::empty(input.sizes(), input.options()) : at::Tensor(),
+          .grad_weight = output_mask[1] ? at::empty(weight.sizes(), weight.options()) : at::Tensor(),
+          .grad = grad,
+          .input = input,
+          .weight = weight,
+          .shape = plan.shape,
+      };
+      loops.backward_per_channel(args);
+      return {args.grad_input, args.grad_weight};
+    }
+  }
+
   at::Tensor grad_input;
   at::Tensor grad_weight;
   if (output_mask[0]) {

@@ -9,9 +9,12 @@
 #include <ATen/TensorIterator.h>
 #include <ATen/core/Tensor.h>
 
+#include "weighted_sum_backward_plan.h"
+
 namespace custom::detail {
 
 using Loop = void (*)(at::TensorIteratorBase& iter);
+using PerChannelLoop = void (*)(const PerChannelBackward& args);
 
 struct WeightedSumLoops {
   // output: out; inputs: input, weight. Computes weight * input**2 in the iterator's common dtype.
@@ -22,6 +25,10 @@ struct WeightedSumLoops {
   Loop backward_input = nullptr;
   // output: grad_weight; inputs: grad, input. Computes input**2 * grad.
   Loop backward_weight = nullptr;
+  // Both gradients (or the one requested) of a per-channel weight in one pass over grad and input
+  // (weighted_sum_backward_plan.h); grad_weight summed in float32 (float64 for double) per block of
+  // a fixed size, then the blocks in a fixed order: the same bits on every run and thread count.
+  PerChannelLoop backward_per_channel = nullptr;
 };
 
 // Shapes and dtypes only: what the Meta kernels pass.

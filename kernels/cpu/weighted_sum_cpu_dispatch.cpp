@@ -27,12 +27,14 @@ void forward(at::TensorIteratorBase& iter) { selected_loops().forward(iter); }
 void backward_fused(at::TensorIteratorBase& iter) { selected_loops().backward_fused(iter); }
 void backward_input(at::TensorIteratorBase& iter) { selected_loops().backward_input(iter); }
 void backward_weight(at::TensorIteratorBase& iter) { selected_loops().backward_weight(iter); }
+void backward_per_channel(const detail::PerChannelBackward& args) { selected_loops().backward_per_channel(args); }
 
 constexpr detail::WeightedSumLoops kCpuLoops{
     .forward = forward,
     .backward_fused = backward_fused,
     .backward_input = backward_input,
     .backward_weight = backward_weight,
+    .backward_per_channel = backward_per_channel,
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <ATen/native/cpu/Loops.h>
 
 #include "kernels/cpu/streaming_store.h"
+#include "kernels/cpu/weighted_sum_backward_per_channel.h"
 #include "kernels/cpu/streaming_threshold.h"
 #include "kernels/cpu/weighted_sum_cpu_loops.h"
 
@@ -314,6 +315,7 @@ const detail::WeightedSumLoops weighted_sum_loops{
     .backward_fused = backward_fused_loop,
     .backward_input = backward_input_loop,
     .backward_weight = backward_weight_loop,
+    .backward_per_channel = backward_per_channel,
 };
 
 }  // namespace custom::cpu::CPU_CAPABILITY

@@ -12,6 +12,7 @@
 #include <thrust/tuple.h>
 
 #include "kernels/cuda/forward_kernels.h"
+#include "kernels/cuda/weighted_sum_backward_per_channel.h"
 #include "ops/weighted_sum_registration.h"
 
 namespace custom {
@@ -89,6 +90,7 @@ constexpr detail::WeightedSumLoops kCudaLoops{
     .backward_fused = backward_fused_loop,
     .backward_input = backward_input_loop,
     .backward_weight = backward_weight_loop,
+    .backward_per_channel = cuda::backward_per_channel,
 };
 
 }  // namespace

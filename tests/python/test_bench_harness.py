@@ -41,3 +41,31 @@ def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
     assert all(row["vs_floor"] > 0 for row in fwd_bwd)
     assert {row["variant"] for row in data["rows"] if row["kind"] == "host"} == {"ours", "add", "eager"}
     assert any(target["target"].startswith("CPU") for target in data["summary"])
+
+
+def test_cpu_run_of_the_per_channel_layouts(tmp_path):
+    output = tmp_path / "result.json"
+    command = [
+        sys.executable, str(REPO / "bench" / "bench_weighted_sum.py"), "--cpu", "--library", str(LIBRARY),
+        "--min-log2", "10", "--max-log2", "12", "--host-max-log2", "10", "--dtypes", "float32",
+        "--layouts", "row_c1024,column_c1024,nchw_c1024", "--threads", "1", "--no-compile",
+        "--min-run-time", "0.02", "--rounds", "2", "--output", str(output),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    data = json.loads(output.read_text())
+    fwd_bwd = [row for row in data["rows"] if row["kind"] == "fwd_bwd" and row["variant"] == "ours_fwd_bwd"]
+    # n >= 2C only (2^10 has no [R >= 2, 1024] shape), forward+backward without --fwd-bwd-layouts.
+    shapes = {(row["layout"], row["log2n"]): row["shape"] for row in fwd_bwd}
+    assert shapes == {
+        ("row_c1024", 11): [2, 1024], ("row_c1024", 12): [4, 1024],
+        ("column_c1024", 11): [2, 1024], ("column_c1024", 12): [4, 1024],
+        ("nchw_c1024", 11): [2, 1024, 1, 1], ("nchw_c1024", 12): [2, 1024, 2, 1],
+    }
+    eager = {(row["layout"], row["log2n"]): row for row in data["rows"] if row["variant"] == "eager_fwd_bwd"}
+    for row in fwd_bwd:
+        assert row["vs_floor"] > 0
+        # vs_eager is this step's time over eager's, as the CPU target reads it.
+        other = eager[(row["layout"], row["log2n"])]
+        assert abs(row["vs_eager"] - row["median_us"] / other["median_us"]) < 0.01 * row["vs_eager"]
+    assert any("per-channel" in target["target"] for target in data["summary"])

@@ -1,0 +1,366 @@
+// CUDA loop of the per-channel backward (ops/weighted_sum_backward_plan.h): grad and input a
+// contiguous [outer, channels, inner] block, the weight [channels]. One pass writes
+// grad_input = 2 w x g with 16-byte loads and stores (element by element where rows or pointers
+// do not allow them) and sums grad_weight's terms x^2 g per block into a float32 (float64 for
+// double) workspace; a second, tiny kernel adds each channel's partials in float64 in a fixed
+// order. Every block's share of the work depends on the shape only, and every sum has a fixed
+// order, so the result is the same bits on every run.
+//
+// Two first-pass kernels:
+//  - down_rows: the block as a matrix [outer, channels * inner] whose column j has weight
+//    w[j / inner]; a block of threads takes a tile of columns over a block of rows, each thread
+//    one 16-byte vector of columns down its rows, and writes one partial per column and row block.
+//    For a weight along the rows (inner == 1) and for NCHW with short planes.
+//  - along_runs: each of the outer * channels runs of `inner` elements (one weight each) in
+//    chunks; a block reduces a chunk to one partial. For a column weight and large planes.
+#include "kernels/cuda/weighted_sum_backward_per_channel.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/native/cuda/MemoryAccess.cuh>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAException.h>
+
+namespace custom::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kUnroll = 4;  // vectors of each input in flight per thread before the first use
+constexpr int64_t kVectorsPerThread = 32;  // per block and thread: sets the work of a block
+constexpr int64_t kVectorBytes = 16;
+constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxGridY = 65535;
+
+template <typename scalar_t>
+struct Pointers {
+  scalar_t* grad_input;  // null when not requested
+  const scalar_t* grad;
+  const scalar_t* input;
+  const scalar_t* weight;  // null when grad_input is not requested: only it reads the weight
+};
+
+struct DownRowsShape {
+  int64_t rows;
+  int64_t width;  // channels * inner
+  int64_t inner;
+  int64_t rows_per_block;
+  int64_t row_blocks;
+  int64_t column_tiles;
+};
+
+// blockDim = (tile columns in vectors, rows at a time); grid-stride over row blocks (x) and
+// column tiles (y). partials[row_block, column] (when kWeight).
+template <typename scalar_t, int kVec, bool kInput, bool kWeight>
+__global__ void __launch_bounds__(kThreads) down_rows_kernel(
+    Pointers<scalar_t> p, at::opmath_type<scalar_t>* partials, DownRowsShape s) {
+  using acc_t = at::opmath_type<scalar_t>;
+  using vec_t = at::native::memory::aligned_vector<scalar_t, kVec>;
+  __shared__ acc_t shared[kWeight ? kThreads * kVec : 1];
+  const int64_t vectors_per_row = s.width / kVec;
+  const int64_t row_step = blockDim.y;
+  for (int64_t tile = blockIdx.y; tile < s.column_tiles; tile += gridDim.y) {
+    const int64_t vector = tile * blockDim.x + threadIdx.x;
+    const bool active = vector < vectors_per_row;
+    const int64_t column = vector * kVec;
+    acc_t w[kVec];
+#pragma unroll
+    for (int l = 0; l < kVec; ++l) {
+      w[l] = kInput && active ? static_cast<acc_t>(p.weight[(column + l) / s.inner]) : acc_t(0);
+    }
+    for (int64_t block = blockIdx.x; block < s.row_blocks; block += gridDim.x) {
+      const int64_t row_end = std::min(s.rows, (block + 1) * s.rows_per_block);
+      acc_t sum[kVec];
+#pragma unroll
+      for (int l = 0; l < kVec; ++l) {
+        sum[l] = 0;
+      }
+      for (int64_t row = block * s.rows_per_block + threadIdx.y; active && row < row_end; row += kUnroll * row_step) {
+        vec_t x[kUnroll];
+        vec_t g[kUnroll];
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+          const int64_t r = row + k * row_step;
+          if (r < row_end) {
+            x[k] = *reinterpret_cast<const vec_t*>(p.input + r * s.width + column);
+            g[k] = *reinterpret_cast<const vec_t*>(p.grad + r * s.width + column);
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+          const int64_t r = row + k * row_step;
+          if (r < row_end) {
+            vec_t out;
+#pragma unroll
+            for (int l = 0; l < kVec; ++l) {
+              const acc_t xf = x[k].val[l];
+              const acc_t gf = g[k].val[l];
+              if constexpr (kInput) {
+                out.val[l] = static_cast<scalar_t>((xf + xf) * w[l] * gf);
+              }
+              if constexpr (kWeight) {
+                sum[l] += (xf * xf) * gf;
+              }
+            }
+            if constexpr (kInput) {
+              *reinterpret_cast<vec_t*>(p.grad_input + r * s.width + column) = out;
+            }
+          }
+        }
+      }
+      if constexpr (kWeight) {
+        // The row lanes (threadIdx.y, a power of two) of each column, added by a fixed tree.
+        const auto slot = [&](int64_t y, int l) { return (y * blockDim.x + threadIdx.x) * kVec + l; };
+        __syncthreads();  // the previous row block's reads of `shared` are done
+#pragma unroll
+        for (int l = 0; l < kVec; ++l) {
+          shared[slot(threadIdx.y, l)] = sum[l];
+        }
+        __syncthreads();
+        for (int half = blockDim.y / 2; half > 0; half /= 2) {
+          if (threadIdx.y < half) {
+#pragma unroll
+            for (int l = 0; l < kVec; ++l) {
+              shared[slot(threadIdx.y, l)] += shared[slot(threadIdx.y + half, l)];
+            }
+          }
+          __syncthreads();
+        }
+        if (threadIdx.y == 0 && active) {
+#pragma unroll
+          for (int l = 0; l < kVec; ++l) {
+            partials[block * s.width + column + l] = shared[slot(0, l)];
+          }
+        }
+      }
+    }
+  }
+}
+
+struct AlongRunsShape {
+  int64_t runs;  // outer * channels
+  int64_t channels;
+  int64_t inner;
+  int64_t chunk;  // elements, a multiple of kThreads * kVec * kUnroll
+  int64_t chunks;  // per run
+};
+
+// One block per (run, chunk), grid-stride; partials[run * chunks + chunk] (when kWeight).
+template <typename scalar_t, int kVec, bool kInput, bool kWeight>
+__global__ void __launch_bounds__(kThreads) along_runs_kernel(
+    Pointers<scalar_t> p, at::opmath_type<scalar_t>* partials, AlongRunsShape s) {
+  using acc_t = at::opmath_type<scalar_t>;
+  using vec_t = at::native::memory::aligned_vector<scalar_t, kVec>;
+  __shared__ acc_t shared[kThreads];
+  constexpr int64_t kStride = int64_t{kThreads} * kVec;
+  for (int64_t unit = blockIdx.x; unit < s.runs * s.chunks; unit += gridDim.x) {
+    const int64_t run = unit / s.chunks;
+    const int64_t base = run * s.inner;
+    const int64_t begin = (unit % s.chunks) * s.chunk;
+    const int64_t end = std::min(s.inner, begin + s.chunk);  // inner is a multiple of kVec
+    const acc_t w = kInput ? static_cast<acc_t>(p.weight[run % s.channels]) : acc_t(0);
+    acc_t sum = 0;
+    for (int64_t i = begin + threadIdx.x * kVec; i < end; i += kUnroll * kStride) {
+      vec_t x[kUnroll];
+      vec_t g[kUnroll];
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int64_t at = i + k * kStride;
+        if (at < end) {
+          x[k] = *reinterpret_cast<const vec_t*>(p.input + base + at);
+          g[k] = *reinterpret_cast<const vec_t*>(p.grad + base + at);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int64_t at = i + k * kStride;
+        if (at < end) {
+          vec_t out;
+#pragma unroll
+          for (int l = 0; l < kVec; ++l) {
+            const acc_t xf = x[k].val[l];
+            const acc_t gf = g[k].val[l];
+            if constexpr (kInput) {
+              out.val[l] = static_cast<scalar_t>((xf + xf) * w * gf);
+            }
+            if constexpr (kWeight) {
+              sum += (xf * xf) * gf;
+            }
+          }
+          if constexpr (kInput) {
+            *reinterpret_cast<vec_t*>(p.grad_input + base + at) = out;
+          }
+        }
+      }
+    }
+    if constexpr (kWeight) {
+      shared[threadIdx.x] = sum;
+      __syncthreads();
+      for (int half = kThreads / 2; half > 0; half /= 2) {  // a fixed tree
+        if (threadIdx.x < half) {
+          shared[threadIdx.x] += shared[threadIdx.x + half];
+        }
+        __syncthreads();
+      }
+      if (threadIdx.x == 0) {
+        partials[unit] = shared[0];
+      }
+      __syncthreads();  // shared[0] read before the next unit overwrites it
+    }
+  }
+}
+
+// grad_weight[c] = the sum over o < groups and i < per_group of partials[(o * channels + c) *
+// per_group + i], in float64, in a fixed order. One thread per channel when per_group == 1
+// (reads coalesced across channels), else one block per channel with a fixed tree.
+template <typename scalar_t, typename acc_t>
+__global__ void sum_channels_per_thread_kernel(
+    const acc_t* partials, int64_t groups, int64_t channels, scalar_t* grad_weight) {
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < channels; c += int64_t{blockDim.x} * gridDim.x) {
+    double sum = 0;
+    for (int64_t o = 0; o < groups; ++o) {
+      sum += static_cast<double>(partials[o * channels + c]);
+    }
+    grad_weight[c] = static_cast<scalar_t>(sum);
+  }
+}
+
+template <typename scalar_t, typename acc_t>
+__global__ void __launch_bounds__(kThreads) sum_channels_per_block_kernel(
+    const acc_t* partials, int64_t groups, int64_t channels, int64_t per_group, scalar_t* grad_weight) {
+  __shared__ double shared[kThreads];
+  const int64_t count = groups * per_group;
+  for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {
+    double sum = 0;
+    for (int64_t k = threadIdx.x; k < count; k += kThreads) {
+      sum += static_cast<double>(partials[((k / per_group) * channels + c) * per_group + k % per_group]);
+    }
+    shared[threadIdx.x] = sum;
+    __syncthreads();
+    for (int half = kThreads / 2; half > 0; half /= 2) {
+      if (threadIdx.x < half) {
+        shared[threadIdx.x] += shared[threadIdx.x + half];
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      grad_weight[c] = static_cast<scalar_t>(shared[0]);
+    }
+    __syncthreads();
+  }
+}
+
+template <typename scalar_t, typename acc_t>
+void launch_sum_channels(const acc_t* partials, int64_t groups, int64_t channels, int64_t per_group, scalar_t* out) {
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  if (per_group == 1) {
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>((channels + kThreads - 1) / kThreads, kMaxGridX));
+    sum_channels_per_thread_kernel<<<blocks, kThreads, 0, stream>>>(partials, groups, channels, out);
+  } else {
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>(channels, kMaxGridX));
+    sum_channels_per_block_kernel<<<blocks, kThreads, 0, stream>>>(partials, groups, channels, per_group, out);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+bool aligned(const void* pointer) {
+  return pointer == nullptr || reinterpret_cast<std::uintptr_t>(pointer) % kVectorBytes == 0;
+}
+
+template <typename scalar_t, int kVec, bool kInput, bool kWeight>
+void launch_down_rows(const detail::PerChannelBackward& args, const Pointers<scalar_t>& p) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const auto [outer, channels, inner] = args.shape;
+  DownRowsShape s{outer, channels * inner, inner, 0, 0, 0};
+  const int64_t vectors_per_row = s.width / kVec;
+  int tile = 1;  // columns (in vectors) of a block: a power of two up to kThreads
+  while (tile < kThreads && tile < vectors_per_row) {
+    tile *= 2;
+  }
+  const int lanes = kThreads / tile;  // rows a block reads at a time
+  s.rows_per_block = lanes * kVectorsPerThread;
+  s.row_blocks = (outer + s.rows_per_block - 1) / s.rows_per_block;
+  s.column_tiles = (vectors_per_row + tile - 1) / tile;
+  at::Tensor partials;
+  if (kWeight) {
+    partials = at::empty({s.row_blocks * s.width}, args.grad.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+  }
+  acc_t* workspace = kWeight ? partials.mutable_data_ptr<acc_t>() : nullptr;
+  const dim3 grid(
+      static_cast<unsigned>(std::min(s.row_blocks, kMaxGridX)), static_cast<unsigned>(std::min(s.column_tiles, kMaxGridY)));
+  down_rows_kernel<scalar_t, kVec, kInput, kWeight>
+      <<<grid, dim3(tile, lanes), 0, at::cuda::getCurrentCUDAStream()>>>(p, workspace, s);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (kWeight) {
+    launch_sum_channels(workspace, s.row_blocks, channels, inner, args.grad_weight.mutable_data_ptr<scalar_t>());
+  }
+}
+
+template <typename scalar_t, int kVec, bool kInput, bool kWeight>
+void launch_along_runs(const detail::PerChannelBackward& args, const Pointers<scalar_t>& p) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const auto [outer, channels, inner] = args.shape;
+  AlongRunsShape s{outer * channels, channels, inner, int64_t{kThreads} * kVec * kUnroll * 2, 0};
+  s.chunks = (inner + s.chunk - 1) / s.chunk;
+  const int64_t units = s.runs * s.chunks;
+  at::Tensor partials;
+  if (kWeight) {
+    partials = at::empty({units}, args.grad.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+  }
+  acc_t* workspace = kWeight ? partials.mutable_data_ptr<acc_t>() : nullptr;
+  const auto blocks = static_cast<unsigned>(std::min(units, kMaxGridX));
+  along_runs_kernel<scalar_t, kVec, kInput, kWeight><<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+      p, workspace, s);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (kWeight) {
+    launch_sum_channels(workspace, outer, channels, s.chunks, args.grad_weight.mutable_data_ptr<scalar_t>());
+  }
+}
+
+template <typename scalar_t, bool kInput, bool kWeight>
+void launch(const detail::PerChannelBackward& args) {
+  constexpr int kVec = kVectorBytes / sizeof(scalar_t);
+  const auto [outer, channels, inner] = args.shape;
+  const Pointers<scalar_t> p{
+      kInput ? args.grad_input.mutable_data_ptr<scalar_t>() : nullptr,
+      args.grad.const_data_ptr<scalar_t>(),
+      args.input.const_data_ptr<scalar_t>(),
+      kInput ? args.weight.const_data_ptr<scalar_t>() : nullptr,
+  };
+  const bool pointers_aligned = aligned(p.grad_input) && aligned(p.grad) && aligned(p.input);
+  // Runs long enough to fill a block's chunk, or too few rows to share a column's work.
+  const bool along_runs = inner > 1 && (inner >= 2048 || outer < 8);
+  if (along_runs) {
+    if (pointers_aligned && inner % kVec == 0) {
+      launch_along_runs<scalar_t, kVec, kInput, kWeight>(args, p);
+    } else {
+      launch_along_runs<scalar_t, 1, kInput, kWeight>(args, p);
+    }
+  } else if (pointers_aligned && (channels * inner) % kVec == 0) {
+    launch_down_rows<scalar_t, kVec, kInput, kWeight>(args, p);
+  } else {
+    launch_down_rows<scalar_t, 1, kInput, kWeight>(args, p);
+  }
+}
+
+}  // namespace
+
+void backward_per_channel(const detail::PerChannelBackward& args) {
+  const bool input = args.grad_input.defined();
+  const bool weight = args.grad_weight.defined();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, args.input.scalar_type(), "weighted_sum_backward_per_channel_cuda", [&] {
+        if (input && weight) {
+          launch<scalar_t, true, true>(args);
+        } else if (input) {
+          launch<scalar_t, true, false>(args);
+        } else if (weight) {
+          launch<scalar_t, false, true>(args);
+        }
+      });
+}
+
+}  // namespace custom::cuda

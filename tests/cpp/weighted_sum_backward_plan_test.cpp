@@ -1,0 +1,196 @@
+// The per-channel backward: which call gets which path (ops/weighted_sum_backward_plan.h, host
+// code, checked without a GPU), and the CPU loop's values for every layout, dtype and output mask
+// (so the sanitizer build runs it: partial vectors, partial row blocks and run chunks, misaligned
+// pointers). tests/python/test_weighted_sum_backward_per_channel.py covers both devices.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <custom_ops/weighted_sum.h>
+
+#include "ops/weighted_sum_backward_plan.h"
+#include "reference.h"
+
+namespace {
+
+using custom::detail::BackwardLayout;
+using custom::detail::plan_backward;
+using custom::detail::PerChannelShape;
+
+const auto kFloat = torch::TensorOptions().dtype(torch::kFloat);
+
+custom::detail::BackwardPlan plan_for(const at::Tensor& input, const at::Tensor& weight) {
+  return plan_backward(torch::randn(input.sizes(), input.options()), input, weight);
+}
+
+void expect_plan(
+    const at::Tensor& input, const at::Tensor& weight, BackwardLayout layout, PerChannelShape shape) {
+  SCOPED_TRACE(::testing::Message() << "input " << input.sizes() << ", weight " << weight.sizes());
+  const auto plan = plan_for(input, weight);
+  ASSERT_EQ(plan.layout, layout);
+  EXPECT_EQ(plan.shape.outer, shape.outer);
+  EXPECT_EQ(plan.shape.channels, shape.channels);
+  EXPECT_EQ(plan.shape.inner, shape.inner);
+}
+
+void expect_generic(const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight) {
+  SCOPED_TRACE(::testing::Message() << "input " << input.sizes() << " " << input.strides() << ", weight "
+                                    << weight.sizes() << " " << weight.strides());
+  EXPECT_EQ(plan_backward(grad, input, weight).layout, BackwardLayout::Generic);
+}
+
+TEST(WeightedSumBackwardPlan, PerChannelLayoutsGetTheirPath) {
+  for (const auto dtype : custom_ops_test::kFloatingDtypes) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const auto o = torch::TensorOptions().dtype(dtype);
+    // A weight along the rows, also with leading dimensions merged and keepdim.
+    expect_plan(torch::randn({64, 96}, o), torch::randn({96}, o), BackwardLayout::BroadcastRow, {64, 96, 1});
+    expect_plan(torch::randn({2, 3, 96}, o), torch::randn({96}, o), BackwardLayout::BroadcastRow, {6, 96, 1});
+    expect_plan(torch::randn({64, 96}, o), torch::randn({1, 96}, o), BackwardLayout::BroadcastRow, {64, 96, 1});
+    // NCHW with 1x1 planes is a weight along the rows.
+    expect_plan(torch::randn({4, 8, 1, 1}, o), torch::randn({8, 1, 1}, o), BackwardLayout::BroadcastRow, {4, 8, 1});
+    // A weight along the columns.
+    expect_plan(torch::randn({300, 400}, o), torch::randn({300, 1}, o), BackwardLayout::BroadcastColumn, {1, 300, 400});
+    // NCHW per channel, keepdim, and a weight over two adjacent dimensions.
+    expect_plan(torch::randn({4, 8, 5, 6}, o), torch::randn({8, 1, 1}, o), BackwardLayout::ChannelNCHW, {4, 8, 30});
+    expect_plan(torch::randn({4, 8, 5, 6}, o), torch::randn({1, 8, 1, 1}, o), BackwardLayout::ChannelNCHW, {4, 8, 30});
+    expect_plan(torch::randn({4, 8, 5, 6}, o), torch::randn({8, 5, 1}, o), BackwardLayout::ChannelNCHW, {4, 40, 6});
+    // Size-1 dimensions of the input between kept ones do not split the channel run.
+    expect_plan(torch::randn({4, 8, 1, 5, 6}, o), torch::randn({8, 1, 5, 1}, o), BackwardLayout::ChannelNCHW, {4, 40, 6});
+  }
+}
+
+TEST(WeightedSumBackwardPlan, MisalignedButContiguousOperandsStayPerChannel) {
+  // The kernels handle any alignment (element by element); the plan does not look at pointers.
+  const auto x = torch::randn({64 * 96 + 1}, kFloat).slice(0, 1).view({64, 96});
+  const auto g = torch::randn({64 * 96 + 3}, kFloat).slice(0, 3).view({64, 96});
+  const auto w = torch::randn({97}, kFloat).slice(0, 1);
+  EXPECT_EQ(plan_backward(g, x, w).layout, BackwardLayout::BroadcastRow);
+}
+
+TEST(WeightedSumBackwardPlan, EverythingElseIsGeneric) {
+  const auto x = torch::randn({64, 96}, kFloat);
+  const auto g = torch::randn({64, 96}, kFloat);
+  const auto w = torch::randn({96}, kFloat);
+  expect_generic(g, x, torch::randn({64, 96}, kFloat));  // same shape: the fused elementwise loop
+  expect_generic(g, x, torch::randn({1}, kFloat));  // one value: a full reduction
+  expect_generic(g, x, torch::randn({}, kFloat));
+  expect_generic(g, x, w.to(torch::kHalf));  // mixed dtypes: promotion
+  expect_generic(g.to(torch::kDouble), x, w);
+  expect_generic(g, torch::randn({96, 64}, kFloat).t(), w);  // strided input
+  expect_generic(torch::randn({96, 64}, kFloat).t(), x, w);  // strided grad
+  expect_generic(g, x, torch::randn({192}, kFloat).slice(0, 0, 192, 2));  // strided weight
+  // A broadcast input (the weight has the full shape).
+  expect_generic(g, torch::randn({96}, kFloat), torch::randn({64, 96}, kFloat));
+  // Two separate runs of kept dimensions.
+  const auto x4 = torch::randn({4, 8, 5, 6}, kFloat);
+  expect_generic(torch::randn({4, 8, 5, 6}, kFloat), x4, torch::randn({8, 1, 6}, kFloat));
+  // Column runs too short to vectorize.
+  expect_generic(torch::randn({300, 100}, kFloat), torch::randn({300, 100}, kFloat), torch::randn({300, 1}, kFloat));
+  // An outer count of one with short planes is a column of short runs.
+  expect_generic(torch::randn({1, 8, 5, 6}, kFloat), torch::randn({1, 8, 5, 6}, kFloat), torch::randn({8, 1, 1}, kFloat));
+  // Empty.
+  expect_generic(torch::randn({0, 96}, kFloat), torch::randn({0, 96}, kFloat), w);
+}
+
+// (input shape, weight shape) with partial vectors, partial row blocks (rows not a multiple of
+// 32) and partial run chunks (runs longer than 256 and not a multiple of it).
+struct Case {
+  std::vector<int64_t> input;
+  std::vector<int64_t> weight;
+};
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = {
+      {{67, 45}, {45}},           {{130, 1024}, {1024}}, {{37, 300}, {37, 1}},
+      {{6, 4500}, {6, 1}},        {{3, 5, 7, 9}, {5, 1, 1}}, {{70, 3, 2, 2}, {3, 1, 1}},
+      {{2, 4, 50, 60}, {4, 1, 1}}, {{16, 4, 8, 8}, {4, 1, 1}}, {{1030, 96}, {96}},
+  };
+  return all;
+}
+
+// A contiguous tensor starting `offset` elements into a larger one (a misaligned pointer).
+at::Tensor random_at(const std::vector<int64_t>& shape, at::ScalarType dtype, int64_t offset) {
+  const int64_t numel = c10::multiply_integers(shape);
+  return torch::randn({numel + offset}, torch::TensorOptions().dtype(torch::kDouble)).to(dtype).slice(0, offset).view(shape);
+}
+
+// Every layout, dtype, alignment and output mask on `device` against float64; one gradient alone
+// must be the same bits as both together.
+void check_values(const c10::Device device) {
+  for (const auto dtype : custom_ops_test::kFloatingDtypes) {
+    for (const auto& c : cases()) {
+      for (const int64_t offset : {0, 1}) {
+        SCOPED_TRACE(
+            ::testing::Message() << c10::toString(dtype) << " input " << at::IntArrayRef(c.input) << " offset " << offset);
+        const auto x = random_at(c.input, dtype, offset).to(device);
+        const auto g = random_at(c.input, dtype, offset + 2).to(device);
+        const auto w = random_at(c.weight, dtype, offset).to(device);
+        ASSERT_NE(plan_backward(g, x, w).layout, BackwardLayout::Generic);
+        const auto x64 = x.to(torch::kCPU, torch::kDouble), g64 = g.to(torch::kCPU, torch::kDouble);
+        const auto w64 = w.to(torch::kCPU, torch::kDouble);
+        const auto expected_input = 2 * w64 * x64 * g64;
+        const auto terms = x64 * x64 * g64;
+        const auto expected_weight = terms.sum_to_size(w.sizes());
+        const auto scale = terms.abs().sum_to_size(w.sizes());
+        const auto tol = custom_ops_test::tolerance(dtype);
+        const double eps = dtype == torch::kDouble ? 0x1p-53 : 0x1p-24;
+        const auto [both_input, both_weight] = custom::weighted_sum_backward(g, x, w, {true, true});
+        EXPECT_TRUE(custom_ops_test::AllClose(both_input, expected_input, {2 * tol.rtol, tol.atol}));
+        EXPECT_TRUE(custom_ops_test::WithinBound(
+            both_weight, expected_weight, tol.rtol * expected_weight.abs() + 64 * eps * scale + tol.atol,
+            "grad_weight"));
+        const auto [only_input, no_weight] = custom::weighted_sum_backward(g, x, w, {true, false});
+        EXPECT_FALSE(no_weight.defined());
+        EXPECT_TRUE(torch::equal(only_input, both_input));
+        const auto [no_input, only_weight] = custom::weighted_sum_backward(g, x, w, {false, true});
+        EXPECT_FALSE(no_input.defined());
+        EXPECT_TRUE(torch::equal(only_weight, both_weight));
+      }
+    }
+  }
+}
+
+TEST(WeightedSumBackwardPerChannel, CpuValuesForEveryLayoutDtypeMaskAndAlignment) { check_values(torch::kCPU); }
+
+// Also what compute-sanitizer's memcheck and racecheck run over the CUDA kernels (`*Cuda*`).
+TEST(WeightedSumBackwardPerChannelCuda, ValuesForEveryLayoutDtypeMaskAndAlignment) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device is visible";
+  }
+  check_values(torch::kCUDA);
+}
+
+TEST(WeightedSumBackwardPerChannelCuda, BitwiseEqualAcrossRuns) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device is visible";
+  }
+  for (const auto& c : cases()) {
+    const auto x = random_at(c.input, torch::kFloat, 0).cuda();
+    const auto g = random_at(c.input, torch::kFloat, 0).cuda();
+    const auto w = random_at(c.weight, torch::kFloat, 0).cuda();
+    const auto [first_input, first_weight] = custom::weighted_sum_backward(g, x, w, {true, true});
+    for (int run = 0; run < 2; ++run) {
+      const auto [grad_input, grad_weight] = custom::weighted_sum_backward(g, x, w, {true, true});
+      EXPECT_TRUE(torch::equal(grad_input, first_input));
+      EXPECT_TRUE(torch::equal(grad_weight, first_weight));
+    }
+  }
+}
+
+TEST(WeightedSumBackwardPerChannel, CpuBitwiseEqualAcrossThreadCounts) {
+  const int threads = at::get_num_threads();
+  for (const auto& c : std::vector<Case>{{{4099, 96}, {96}}, {{24, 9000}, {24, 1}}, {{9, 16, 33, 31}, {16, 1, 1}}}) {
+    const auto x = random_at(c.input, torch::kFloat, 0);
+    const auto g = random_at(c.input, torch::kFloat, 0);
+    const auto w = random_at(c.weight, torch::kFloat, 0);
+    at::set_num_threads(1);
+    const auto [one_input, one_weight] = custom::weighted_sum_backward(g, x, w, {true, true});
+    at::set_num_threads(std::max(2, threads));
+    const auto [many_input, many_weight] = custom::weighted_sum_backward(g, x, w, {true, true});
+    EXPECT_TRUE(torch::equal(one_input, many_input));
+    EXPECT_TRUE(torch::equal(one_weight, many_weight));
+  }
+  at::set_num_threads(threads);
+}
+
+}  // namespace
