@@ -5,7 +5,7 @@ Scalar kernel is defined as exactly that), the float64 reference, and the compos
 """
 import pytest
 import torch
-from torch.testing._internal.common_utils import gradcheck
+from torch.autograd import gradcheck
 
 from reference import FLOAT_DTYPES, assert_close_to_reference, dtype_name, make_tensor, reference64
 
