@@ -106,10 +106,11 @@ inline ::testing::AssertionResult IsWeightedSumOf(
   }
   // The layout of the composite: channels_last stays channels_last, a transposed input gives a
   // transposed result (TensorIterator's rules).
-  const auto composite_strides = (weight * input.square()).strides();
-  if (result.strides() != composite_strides) {
+  // Keep the composite alive: strides() is a view into its TensorImpl.
+  const at::Tensor composite = weight * input.square();
+  if (result.strides() != composite.strides()) {
     return ::testing::AssertionFailure() << "strides " << result.strides() << ", expected those of "
-                                         << "weight * input.square(): " << composite_strides;
+                                         << "weight * input.square(): " << composite.strides();
   }
   return AllClose(result, reference(input, weight), dtype);
 }
