@@ -9,13 +9,13 @@
 
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/functorch/TensorWrapper.h>
 #include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
 #include "node_pointer.h"
+#include "ops/weighted_sum_handles.h"
 #include "weighted_sum_nodes.h"
 #include "weighted_sum_tangents.h"
 
@@ -44,19 +44,12 @@ bool all_dense(std::initializer_list<at::Tensor> tensors) {
   });
 }
 
-const auto& weighted_sum_op() {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("custom::weighted_sum", "")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
-  return op;
-}
-
 at::Tensor weighted_sum_autograd(c10::DispatchKeySet keys, const at::Tensor& input, const at::Tensor& weight) {
   const bool requires_grad = compute_requires_grad(input, weight);
   const bool has_tangents = isFwGradDefined(input) || isFwGradDefined(weight);
   auto result = [&] {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return weighted_sum_op().redispatch(keys & c10::after_autograd_keyset, input, weight);
+    return detail::weighted_sum_handle().redispatch(keys & c10::after_autograd_keyset, input, weight);
   }();
   if (requires_grad) {
     auto grad_fn = make_node<WeightedSumBackward0>();
@@ -88,9 +81,7 @@ void check_not_captured(const at::Tensor& self) {
 }
 
 void weighted_sum_inplace_autograd(c10::DispatchKeySet keys, const at::Tensor& self, const at::Tensor& weight) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("custom::weighted_sum_", "")
-                             .typed<void(const at::Tensor&, const at::Tensor&)>();
+  const auto& op = detail::weighted_sum_inplace_handle();
   check_not_captured(self);
   const bool dense = all_dense({self, weight});
   const bool requires_grad = dense && compute_requires_grad(self, weight);
@@ -145,9 +136,7 @@ void weighted_sum_inplace_autograd(c10::DispatchKeySet keys, const at::Tensor& s
 
 void weighted_sum_out_autograd(
     c10::DispatchKeySet keys, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("custom::weighted_sum", "out")
-                             .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  const auto& op = detail::weighted_sum_out_handle();
   // ATen's rules and messages for out= under autograd.
   TORCH_CHECK(
       !compute_requires_grad(input, weight, out),
@@ -170,11 +159,7 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_autograd(
     const at::Tensor& input,
     const at::Tensor& weight,
     std::array<bool, 2> output_mask) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("custom::weighted_sum_backward", "")
-          .typed<std::tuple<at::Tensor, at::Tensor>(
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, std::array<bool, 2>)>();
+  const auto& op = detail::weighted_sum_backward_handle();
   const bool computes_any = (output_mask[0] || output_mask[1]) && all_dense({grad, input, weight});
   const bool requires_grad = computes_any && compute_requires_grad(grad, input, weight);
   const bool has_tangents =

@@ -19,6 +19,8 @@
 
 #include <custom_ops/weighted_sum.h>
 
+#include "ops/weighted_sum_handles.h"
+
 namespace custom::batching {
 namespace {
 
@@ -115,9 +117,7 @@ at::Tensor weighted_sum_batched(const at::Tensor& input, const at::Tensor& weigh
 }
 
 void weighted_sum_inplace_batched(const at::Tensor& self, const at::Tensor& weight) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("custom::weighted_sum_", "")
-                             .typed<void(const at::Tensor&, const at::Tensor&)>();
+  const auto& op = custom::detail::weighted_sum_inplace_handle();
   c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
   const auto level = current_level();
   const bool self_batched = isBatchedAtLevel(self, level);
@@ -151,9 +151,7 @@ void weighted_sum_inplace_batched(const at::Tensor& self, const at::Tensor& weig
 }
 
 void weighted_sum_out_batched(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("custom::weighted_sum", "out")
-                             .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  const auto& op = custom::detail::weighted_sum_out_handle();
   c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
   const auto level = current_level();
   TORCH_CHECK(

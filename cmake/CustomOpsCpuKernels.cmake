@@ -19,6 +19,7 @@ function(custom_ops_add_cpu_kernels target)
     target_compile_options(${_object} PRIVATE ${_flags_${cap}} -Wno-psabi)
     target_include_directories(${_object} PRIVATE ${PROJECT_SOURCE_DIR})
     target_link_libraries(${_object} PRIVATE torch)
+    custom_ops_enable_warnings(${_object})
     set_target_properties(${_object} PROPERTIES
       POSITION_INDEPENDENT_CODE ON CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
     if(CUSTOM_OPS_SANITIZE)

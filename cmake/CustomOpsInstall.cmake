@@ -1,10 +1,11 @@
 # cmake --install: lib/libcustom_ops.so, include/custom_ops/*.h and the CMake package
-# lib/cmake/CustomOps (config, version file, exported target CustomOps::custom_ops).
+# lib/cmake/CustomOps (config, version file, exported target CustomOps::custom_ops); lib and
+# include as GNUInstallDirs names them for the platform.
 include(CMakePackageConfigHelpers)
 
-set(_package_dir lib/cmake/CustomOps)
-install(TARGETS custom_ops EXPORT CustomOpsTargets LIBRARY DESTINATION lib)
-install(DIRECTORY ops/include/custom_ops DESTINATION include)
+set(_package_dir ${CMAKE_INSTALL_LIBDIR}/cmake/CustomOps)
+install(TARGETS custom_ops EXPORT CustomOpsTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(DIRECTORY ops/include/custom_ops DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT CustomOpsTargets NAMESPACE CustomOps:: DESTINATION ${_package_dir})
 
 configure_package_config_file(

@@ -15,8 +15,11 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <ATen/core/Tensor.h>
+
+#include "floating_types.h"
 
 namespace custom::detail {
 
@@ -46,6 +49,21 @@ struct PerChannelBackward {
   PerChannelShape shape;
 };
 
+// Calls loop(kInput, kWeight), as std::bool_constants, for the gradients `args` asks for: each
+// device's loop is a template on them, so an unrequested gradient costs no code in the loop.
+template <typename Loop>
+void with_requested_gradients(const PerChannelBackward& args, const Loop& loop) {
+  const bool input = args.grad_input.defined();
+  const bool weight = args.grad_weight.defined();
+  if (input && weight) {
+    loop(std::true_type{}, std::true_type{});
+  } else if (input) {
+    loop(std::true_type{}, std::false_type{});
+  } else if (weight) {
+    loop(std::false_type{}, std::true_type{});
+  }
+}
+
 // A column weight w [R, 1] reduces runs of C elements each; below this length the run is too
 // short to fill a vector loop and the generic path is as good.
 inline constexpr int64_t kMinColumnRun = 256;
@@ -57,7 +75,7 @@ inline constexpr int64_t kMaxChannels = (int64_t{1} << 31) - 1;
 inline BackwardPlan plan_backward(const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight) {
   BackwardPlan plan;
   const auto dtype = input.scalar_type();
-  if (!at::isFloatingType(dtype) || grad.scalar_type() != dtype || weight.scalar_type() != dtype) {
+  if (!is_supported_floating_type(dtype) || grad.scalar_type() != dtype || weight.scalar_type() != dtype) {
     return plan;  // promotion and casting belong to the generic path
   }
   const auto shape = input.sizes();

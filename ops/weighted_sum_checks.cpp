@@ -4,13 +4,9 @@
 #include <ATen/native/TypeProperties.h>
 #include <c10/core/ScalarType.h>
 
-namespace custom::detail {
+#include "floating_types.h"
 
-namespace {
-bool is_supported_dtype(at::ScalarType t) {
-  return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat || t == at::kDouble;
-}
-}  // namespace
+namespace custom::detail {
 
 void check_operand(const at::Tensor& tensor, const char* op, const char* arg) {
   TORCH_CHECK(tensor.defined(), op, ": ", arg, " is an undefined tensor");
@@ -19,7 +15,7 @@ void check_operand(const at::Tensor& tensor, const char* op, const char* arg) {
       op, ": ", arg, " must be a dense strided tensor, got layout ", tensor.layout(),
       tensor.is_nested() ? " (nested)" : "");
   TORCH_CHECK(
-      is_supported_dtype(tensor.scalar_type()),
+      is_supported_floating_type(tensor.scalar_type()),
       op, ": ", arg, " must have dtype float16, bfloat16, float32 or float64, got ",
       tensor.scalar_type());
 }

@@ -88,7 +88,7 @@ at::Tensor gradient_for(
 
 }  // namespace
 
-at::Tensor weighted_sum(const at::Tensor& input, const at::Tensor& weight, const WeightedSumLoops& loops) {
+at::Tensor weighted_sum_impl(const at::Tensor& input, const at::Tensor& weight, const WeightedSumLoops& loops) {
   constexpr const char* op = "custom::weighted_sum";
   const auto dtype = check_forward_inputs(input, weight, op);
   const auto shape = broadcast_shape(input, "input", weight, "weight", op);
@@ -99,7 +99,7 @@ at::Tensor weighted_sum(const at::Tensor& input, const at::Tensor& weight, const
   return out;
 }
 
-void weighted_sum_out(
+void weighted_sum_out_impl(
     const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out, const WeightedSumLoops& loops) {
   constexpr const char* op = "custom::weighted_sum.out";
   const auto dtype = check_forward_inputs(input, weight, op);
@@ -131,7 +131,7 @@ void weighted_sum_out(
   run_forward(out, input, weight, loops.forward, Output::Given);
 }
 
-void weighted_sum_inplace(const at::Tensor& self, const at::Tensor& weight, const WeightedSumLoops& loops) {
+void weighted_sum_inplace_impl(const at::Tensor& self, const at::Tensor& weight, const WeightedSumLoops& loops) {
   constexpr const char* op = "custom::weighted_sum_";
   check_operand(self, op, "self");
   check_operand(weight, op, "weight");
@@ -145,7 +145,7 @@ void weighted_sum_inplace(const at::Tensor& self, const at::Tensor& weight, cons
   run_forward(self, self, weight, loops.forward, Output::Given);
 }
 
-std::tuple<at::Tensor, at::Tensor> weighted_sum_backward(
+std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_impl(
     const at::Tensor& grad,
     const at::Tensor& input,
     const at::Tensor& weight,

@@ -34,14 +34,14 @@ struct WeightedSumLoops {
 // Shapes and dtypes only: what the Meta kernels pass.
 inline constexpr WeightedSumLoops kNoLoops{};
 
-at::Tensor weighted_sum(const at::Tensor& input, const at::Tensor& weight, const WeightedSumLoops& loops);
+at::Tensor weighted_sum_impl(const at::Tensor& input, const at::Tensor& weight, const WeightedSumLoops& loops);
 
-void weighted_sum_out(
+void weighted_sum_out_impl(
     const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out, const WeightedSumLoops& loops);
 
-void weighted_sum_inplace(const at::Tensor& self, const at::Tensor& weight, const WeightedSumLoops& loops);
+void weighted_sum_inplace_impl(const at::Tensor& self, const at::Tensor& weight, const WeightedSumLoops& loops);
 
-std::tuple<at::Tensor, at::Tensor> weighted_sum_backward(
+std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_impl(
     const at::Tensor& grad,
     const at::Tensor& input,
     const at::Tensor& weight,

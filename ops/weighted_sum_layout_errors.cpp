@@ -9,6 +9,8 @@ namespace custom {
 namespace {
 
 void reject_non_strided(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // With the overload ("custom::weighted_sum.out"), as the device kernels' errors name it.
+  const auto name = c10::str(op.operator_name());
   const auto& arguments = op.schema().arguments();
   const auto values = torch::jit::last(*stack, arguments.size());
   for (size_t i = 0; i < arguments.size(); ++i) {
@@ -18,10 +20,10 @@ void reject_non_strided(const c10::OperatorHandle& op, torch::jit::Stack* stack)
     const auto& tensor = values[i].toTensor();
     TORCH_CHECK(
         !tensor.defined() || (tensor.layout() == at::kStrided && !tensor.is_nested() && !tensor.is_mkldnn()),
-        op.schema().name(), ": ", arguments[i].name(), " must be a dense strided tensor, got ",
+        name, ": ", arguments[i].name(), " must be a dense strided tensor, got ",
         tensor.is_nested() ? "a nested tensor" : "layout ", tensor.is_nested() ? "" : c10::str(tensor.layout()));
   }
-  TORCH_CHECK(false, op.schema().name(), ": only dense strided tensors are supported");
+  TORCH_CHECK(false, name, ": only dense strided tensors are supported");
 }
 
 void register_rejections(torch::Library& m) {

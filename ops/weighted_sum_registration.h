@@ -18,21 +18,21 @@ template <const WeightedSumLoops& Loops, typename DeviceGuard = NoDeviceGuard>
 void register_weighted_sum_kernels(torch::Library& m) {
   m.impl("weighted_sum", [](const at::Tensor& input, const at::Tensor& weight) {
     DeviceGuard guard(input);
-    return weighted_sum(input, weight, Loops);
+    return weighted_sum_impl(input, weight, Loops);
   });
   m.impl("weighted_sum.out", [](const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out) {
     DeviceGuard guard(input);
-    weighted_sum_out(input, weight, out, Loops);
+    weighted_sum_out_impl(input, weight, out, Loops);
   });
   m.impl("weighted_sum_", [](const at::Tensor& self, const at::Tensor& weight) {
     DeviceGuard guard(self);
-    weighted_sum_inplace(self, weight, Loops);
+    weighted_sum_inplace_impl(self, weight, Loops);
   });
   m.impl(
       "weighted_sum_backward",
       [](const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight, std::array<bool, 2> mask) {
         DeviceGuard guard(input);
-        return weighted_sum_backward(grad, input, weight, mask, Loops);
+        return weighted_sum_backward_impl(grad, input, weight, mask, Loops);
       });
 }
 

@@ -1,25 +1,39 @@
-// custom::weighted_sum.Scalar: a number as weight, like aten::mul.Scalar. One CompositeImplicitAutograd
-// kernel for every key: it makes the number a 0-dim tensor on input's device and calls the tensor
-// overload, so autograd (gradient w.r.t. input), forward AD, vmap, Meta and torch.compile all come
-// from that overload's kernels.
+// custom::weighted_sum.Scalar: a number as weight, like aten::mul.Scalar. One composite kernel: it
+// makes the number a 0-dim tensor on input's device and calls the tensor overload, so autograd
+// (gradient w.r.t. input), forward AD, vmap, Meta and torch.compile all come from that overload's
+// kernels.
 #include <ATen/ExpandUtils.h>
 #include <ATen/Functions.h>
 #include <torch/library.h>
 
 #include <custom_ops/weighted_sum.h>
 
+#include "weighted_sum_checks.h"
+
 namespace {
 
 at::Tensor weighted_sum_scalar(const at::Tensor& input, const at::Scalar& weight) {
+  // The documented dtype refusal for an integer input, before its dtype has to hold the number.
+  custom::detail::check_operand(input, "custom::weighted_sum", "input");
   // mul.Scalar's dtype: a number does not promote a float tensor of its category. The 0-dim weight
   // is made in that dtype outright (not as a flagged "wrapped number", a flag graph capture drops),
-  // so every caller, traced or not, gets the same promotion.
+  // so every caller, traced or not, gets the same promotion. Made in the number's own type and
+  // then cast, as ATen casts it: a number past the dtype's range becomes inf, not an error.
   const auto dtype = at::result_type(input, weight);
-  return custom::weighted_sum(input, at::scalar_tensor(weight, input.options().dtype(dtype)));
+  const auto number = at::scalar_tensor(weight, input.options().dtype(weight.type()));
+  return custom::weighted_sum(input, number.to(dtype));
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(custom, CompositeImplicitAutograd, m) {
+  m.impl("weighted_sum.Scalar", weighted_sum_scalar);
+}
+
+// functorch's vmap key comes before CompositeImplicitAutograd: without this the batched fallback
+// (a per-example loop, and none at all for a batch of size 0) would run. Registered there as
+// ATen registers its own composites' decompositions; the tensor overload's batching rule does
+// the rest.
+TORCH_LIBRARY_IMPL(custom, FuncTorchBatched, m) {
   m.impl("weighted_sum.Scalar", weighted_sum_scalar);
 }

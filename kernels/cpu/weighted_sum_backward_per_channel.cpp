@@ -13,7 +13,6 @@
 #include <array>
 #include <vector>
 
-#include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
@@ -22,6 +21,8 @@
 #include <ATen/ops/zeros.h>
 
 #include "kernels/cpu/weighted_sum_backward_per_channel.h"
+#include "ops/floating_types.h"
+#include "ops/weighted_sum_math.h"
 
 namespace custom::cpu::CPU_CAPABILITY {
 namespace {
@@ -66,10 +67,9 @@ Vec<scalar_t> narrow(const Wide<scalar_t>& parts) {
   }
 }
 
-// The arithmetic, in the order of the generic loops (weighted_sum_kernel.cpp): grad_input
-// bitwise as before for float32/float64.
-constexpr auto input_gradient = [](auto grad, auto x, auto w) { return (x + x) * w * grad; };
-constexpr auto weight_term = [](auto grad, auto x) { return (x * x) * grad; };
+// The generic loops' arithmetic (weighted_sum_math.h): grad_input bitwise as theirs.
+constexpr math::WeightedSquareInputGradient input_gradient;
+constexpr math::WeightedSquareWeightGradient weight_term;
 
 template <typename scalar_t>
 struct Pointers {
@@ -248,16 +248,10 @@ void per_channel(const detail::PerChannelBackward& args) {
 }  // namespace
 
 void backward_per_channel(const detail::PerChannelBackward& args) {
-  const bool input = args.grad_input.defined();
-  const bool weight = args.grad_weight.defined();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, args.input.scalar_type(), "weighted_sum_backward_per_channel_cpu", [&] {
-    if (input && weight) {
-      per_channel<scalar_t, true, true>(args);
-    } else if (input) {
-      per_channel<scalar_t, true, false>(args);
-    } else if (weight) {
-      per_channel<scalar_t, false, true>(args);
-    }
+  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(args.input.scalar_type(), "weighted_sum_backward_per_channel_cpu", [&] {
+    detail::with_requested_gradients(args, [&](auto input, auto weight) {
+      per_channel<scalar_t, decltype(input)::value, decltype(weight)::value>(args);
+    });
   });
 }
 

@@ -4,23 +4,24 @@
 #include <ATen/Context.h>
 #include <ATen/Version.h>
 
-#include "kernels/cpu/weighted_sum_cpu_loops.h"
+#include "kernels/cpu/weighted_sum_kernel.h"
 #include "ops/weighted_sum_registration.h"
 
 namespace custom::cpu {
 namespace {
 
 const detail::WeightedSumLoops& selected_loops() {
-  static const detail::WeightedSumLoops& loops = []() -> const detail::WeightedSumLoops& {
+  // A pointer, not a reference bound to a lambda's result (GCC 13's -Wdangling-reference).
+  static const detail::WeightedSumLoops* const loops = [] {
 #if defined(__x86_64__)
     const std::string capability = at::get_cpu_capability();
     if (capability == "AVX2" || capability == "AVX512") {
-      return AVX2::weighted_sum_loops;
+      return &AVX2::weighted_sum_loops;
     }
 #endif
-    return DEFAULT::weighted_sum_loops;
+    return &DEFAULT::weighted_sum_loops;
   }();
-  return loops;
+  return *loops;
 }
 
 void forward(at::TensorIteratorBase& iter) { selected_loops().forward(iter); }

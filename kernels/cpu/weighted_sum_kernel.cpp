@@ -10,16 +10,17 @@
 #include <algorithm>
 #include <tuple>
 
-#include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 #include <ATen/native/cpu/Loops.h>
 
 #include "kernels/cpu/streaming_store.h"
-#include "kernels/cpu/weighted_sum_backward_per_channel.h"
 #include "kernels/cpu/streaming_threshold.h"
-#include "kernels/cpu/weighted_sum_cpu_loops.h"
+#include "kernels/cpu/weighted_sum_backward_per_channel.h"
+#include "kernels/cpu/weighted_sum_kernel.h"
+#include "ops/floating_types.h"
+#include "ops/weighted_sum_math.h"
 
 namespace custom::cpu::CPU_CAPABILITY {
 namespace {
@@ -47,14 +48,12 @@ Vec<scalar_t> vector_opmath(const Op& op, const Vecs&... args) {
   }
 }
 
-// The same operation order as `w * x.square()`, so float32/float64 results match it bitwise.
-constexpr auto weighted_square = [](auto x, auto w) { return w * (x * x); };
-constexpr auto input_gradient = [](auto grad, auto x, auto w) { return (x + x) * w * grad; };
-constexpr auto weight_gradient = [](auto grad, auto x) { return (x * x) * grad; };
+constexpr math::WeightedSquare weighted_square;
+constexpr math::WeightedSquareInputGradient input_gradient;
+constexpr math::WeightedSquareWeightGradient weight_gradient;
 
 // cpu_kernel_vec reads the arity and argument types off the lambdas, so they are spelled out.
-#define DISPATCH_FLOATING(iter, name, ...) \
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, (iter).common_dtype(), name, __VA_ARGS__)
+#define DISPATCH_FLOATING(iter, name, ...) CUSTOM_OPS_DISPATCH_FLOATING_TYPES((iter).common_dtype(), name, __VA_ARGS__)
 
 // The operand pointers of a 2-D TensorIterator loop (for_each), one row at a time.
 template <typename scalar_t, int kOperands>

@@ -18,12 +18,14 @@
 #include <algorithm>
 #include <cstdint>
 
-#include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/native/cuda/MemoryAccess.cuh>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
+
+#include "ops/floating_types.h"
+#include "ops/weighted_sum_math.h"
 
 namespace custom::cuda {
 namespace {
@@ -99,10 +101,10 @@ __global__ void __launch_bounds__(kThreads) down_rows_kernel(
               const acc_t xf = x[k].val[l];
               const acc_t gf = g[k].val[l];
               if constexpr (kInput) {
-                out.val[l] = static_cast<scalar_t>((xf + xf) * w[l] * gf);
+                out.val[l] = static_cast<scalar_t>(math::WeightedSquareInputGradient{}(gf, xf, w[l]));
               }
               if constexpr (kWeight) {
-                sum[l] += (xf * xf) * gf;
+                sum[l] += math::WeightedSquareWeightGradient{}(gf, xf);
               }
             }
             if constexpr (kInput) {
@@ -184,10 +186,10 @@ __global__ void __launch_bounds__(kThreads) along_runs_kernel(
             const acc_t xf = x[k].val[l];
             const acc_t gf = g[k].val[l];
             if constexpr (kInput) {
-              out.val[l] = static_cast<scalar_t>((xf + xf) * w * gf);
+              out.val[l] = static_cast<scalar_t>(math::WeightedSquareInputGradient{}(gf, xf, w));
             }
             if constexpr (kWeight) {
-              sum += (xf * xf) * gf;
+              sum += math::WeightedSquareWeightGradient{}(gf, xf);
             }
           }
           if constexpr (kInput) {
@@ -349,18 +351,11 @@ void launch(const detail::PerChannelBackward& args) {
 }  // namespace
 
 void backward_per_channel(const detail::PerChannelBackward& args) {
-  const bool input = args.grad_input.defined();
-  const bool weight = args.grad_weight.defined();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::kHalf, at::kBFloat16, args.input.scalar_type(), "weighted_sum_backward_per_channel_cuda", [&] {
-        if (input && weight) {
-          launch<scalar_t, true, true>(args);
-        } else if (input) {
-          launch<scalar_t, true, false>(args);
-        } else if (weight) {
-          launch<scalar_t, false, true>(args);
-        }
-      });
+  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(args.input.scalar_type(), "weighted_sum_backward_per_channel_cuda", [&] {
+    detail::with_requested_gradients(args, [&](auto input, auto weight) {
+      launch<scalar_t, decltype(input)::value, decltype(weight)::value>(args);
+    });
+  });
 }
 
 }  // namespace custom::cuda

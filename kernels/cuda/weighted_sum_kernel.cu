@@ -4,15 +4,17 @@
 // contiguous operands (with a fallback for misaligned ones such as x[1:]), strided and broadcast
 // indexing, splitting of tensors past 2^31 elements, the current stream and the launch check.
 // The forward leaves it for two layouts where its strided loop is far from the bandwidth limit:
-// a broadcast row or column, and a transposed input (forward_layout.h).
-#include <ATen/Dispatch.h>
+// a broadcast row or column, and a transposed input (weighted_sum_forward_layout.h).
 #include <ATen/OpMathType.h>
 #include <ATen/native/cuda/Loops.cuh>
 #include <c10/cuda/CUDAGuard.h>
 #include <thrust/tuple.h>
 
-#include "kernels/cuda/forward_kernels.h"
+#include "kernels/cuda/weighted_sum_forward_broadcast.h"
+#include "kernels/cuda/weighted_sum_forward_transposed.h"
 #include "kernels/cuda/weighted_sum_backward_per_channel.h"
+#include "ops/floating_types.h"
+#include "ops/weighted_sum_math.h"
 #include "ops/weighted_sum_registration.h"
 
 namespace custom {
@@ -28,11 +30,9 @@ class CudaDeviceGuard {
   c10::cuda::OptionalCUDAGuard guard_;
 };
 
-#define DISPATCH_FLOATING(iter, name, ...) \
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, (iter).common_dtype(), name, __VA_ARGS__)
+#define DISPATCH_FLOATING(iter, name, ...) CUSTOM_OPS_DISPATCH_FLOATING_TYPES((iter).common_dtype(), name, __VA_ARGS__)
 
-// Half and bfloat16 compute in float (opmath) and round once. The forward keeps the operation
-// order of `w * x.square()`, so float32/float64 results match it bitwise.
+// Half and bfloat16 compute in float (opmath) and round once (weighted_sum_math.h).
 void forward_loop(at::TensorIteratorBase& iter) {
   const auto plan = cuda::plan_forward(iter);
   switch (plan.layout) {
@@ -46,8 +46,7 @@ void forward_loop(at::TensorIteratorBase& iter) {
   DISPATCH_FLOATING(iter, "weighted_sum_cuda", [&] {
     using opmath_t = at::opmath_type<scalar_t>;
     at::native::gpu_kernel(iter, [] GPU_LAMBDA(scalar_t x, scalar_t w) -> scalar_t {
-      const opmath_t xf = x;
-      return static_cast<opmath_t>(w) * (xf * xf);
+      return math::WeightedSquare{}(static_cast<opmath_t>(x), static_cast<opmath_t>(w));
     });
   });
 }
@@ -56,8 +55,8 @@ void backward_input_loop(at::TensorIteratorBase& iter) {
   DISPATCH_FLOATING(iter, "weighted_sum_backward_input_cuda", [&] {
     using opmath_t = at::opmath_type<scalar_t>;
     at::native::gpu_kernel(iter, [] GPU_LAMBDA(scalar_t grad, scalar_t x, scalar_t w) -> scalar_t {
-      const opmath_t xf = x;
-      return (xf + xf) * static_cast<opmath_t>(w) * static_cast<opmath_t>(grad);
+      return math::WeightedSquareInputGradient{}(
+          static_cast<opmath_t>(grad), static_cast<opmath_t>(x), static_cast<opmath_t>(w));
     });
   });
 }
@@ -66,8 +65,7 @@ void backward_weight_loop(at::TensorIteratorBase& iter) {
   DISPATCH_FLOATING(iter, "weighted_sum_backward_weight_cuda", [&] {
     using opmath_t = at::opmath_type<scalar_t>;
     at::native::gpu_kernel(iter, [] GPU_LAMBDA(scalar_t grad, scalar_t x) -> scalar_t {
-      const opmath_t xf = x;
-      return (xf * xf) * static_cast<opmath_t>(grad);
+      return math::WeightedSquareWeightGradient{}(static_cast<opmath_t>(grad), static_cast<opmath_t>(x));
     });
   });
 }
@@ -80,7 +78,8 @@ void backward_fused_loop(at::TensorIteratorBase& iter) {
         iter, [] GPU_LAMBDA(scalar_t grad, scalar_t x, scalar_t w) -> thrust::tuple<scalar_t, scalar_t> {
           const opmath_t xf = x;
           const opmath_t gf = grad;
-          return {(xf + xf) * static_cast<opmath_t>(w) * gf, (xf * xf) * gf};
+          return {math::WeightedSquareInputGradient{}(gf, xf, static_cast<opmath_t>(w)),
+                  math::WeightedSquareWeightGradient{}(gf, xf)};
         });
   });
 }

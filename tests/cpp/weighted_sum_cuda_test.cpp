@@ -116,7 +116,7 @@ TEST_F(WeightedSumCuda, NonContiguousMisalignedZeroDimEmptyAndLargeOperandsMatch
   EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(x, w), x, w));
 }
 
-// The broadcast and transposed kernels (kernels/cuda/forward_layout.h picks them), at sizes with
+// The broadcast and transposed kernels (kernels/cuda/weighted_sum_forward_layout.h picks them), at sizes with
 // partial blocks and partial tiles; under compute-sanitizer these are what memcheck and
 // racecheck (the tiles' shared memory) look at.
 TEST_F(WeightedSumCuda, BroadcastAndTransposedKernelsMatchReference) {
@@ -182,8 +182,12 @@ TEST_F(WeightedSumCuda, AutogradAndBackwardOpGiveAnalyticGradients) {
         const auto gd = g.to(at::kCPU, at::kDouble);
         const auto wd = w.to(at::kCPU, at::kDouble);
         const auto tol = custom_ops_test::tolerance(at::kFloat);
-        if (mask[0]) EXPECT_TRUE(custom_ops_test::AllCloseToSumOf(gi, 2 * wd * xd * gd, x.sizes(), tol));
-        if (mask[1]) EXPECT_TRUE(custom_ops_test::AllCloseToSumOf(gw, xd.square() * gd, w.sizes(), tol));
+        if (mask[0]) {
+          EXPECT_TRUE(custom_ops_test::AllCloseToSumOf(gi, 2 * wd * xd * gd, x.sizes(), tol));
+        }
+        if (mask[1]) {
+          EXPECT_TRUE(custom_ops_test::AllCloseToSumOf(gw, xd.square() * gd, w.sizes(), tol));
+        }
       }
     }
   }

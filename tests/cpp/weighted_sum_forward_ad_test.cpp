@@ -48,7 +48,7 @@ TEST_F(WeightedSumForwardAd, TangentOfTheOpMatchesComposite) {
     const auto w = random(w_shape);
     const auto tx = random(x_shape);
     const auto tw = random(w_shape);
-    for (const auto [with_x, with_w] : {std::pair{true, false}, {false, true}, {true, true}}) {
+    for (const auto& [with_x, with_w] : {std::pair{true, false}, {false, true}, {true, true}}) {
       const DualLevel level;
       const auto dx = with_x ? level.dual(x, tx) : x;
       const auto dw = with_w ? level.dual(w, tw) : w;

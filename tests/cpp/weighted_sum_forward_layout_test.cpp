@@ -1,12 +1,12 @@
-// Which CUDA forward kernel each layout gets (kernels/cuda/forward_layout.h). The choice is host
-// code, so it is checked here on CPU iterators, without a GPU; the CUDA tests and
-// tests/python/test_cuda_layouts.py check the values each kernel computes on these layouts.
+// Which CUDA forward kernel each layout gets (kernels/cuda/weighted_sum_forward_layout.h). The
+// choice is host code, so it is checked here on CPU iterators, without a GPU; the CUDA tests and
+// tests/python/test_layout_kernels.py check the values each kernel computes on these layouts.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <ATen/TensorIterator.h>
 
-#include "kernels/cuda/forward_layout.h"
+#include "kernels/cuda/weighted_sum_forward_layout.h"
 
 namespace {
 

@@ -2,14 +2,15 @@
 // row [C] repeated down the rows or a column [R, 1] repeated along them. gpu_kernel sees a
 // stride-0 operand and takes its strided, one-element-per-load loop; here every load and store
 // is 16 bytes, and the repeated operand's index comes from a multiply-shift divider.
-#include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/detail/IntegerDivider.cuh>
 #include <ATen/native/cuda/MemoryAccess.cuh>
 #include <c10/cuda/CUDAException.h>
 
-#include "kernels/cuda/forward_kernels.h"
+#include "kernels/cuda/weighted_sum_forward_broadcast.h"
+#include "ops/floating_types.h"
+#include "ops/weighted_sum_math.h"
 
 namespace custom::cuda {
 namespace {
@@ -68,7 +69,7 @@ __global__ void __launch_bounds__(kThreads) forward_broadcast_kernel(BroadcastAr
       for (int i = 0; i < kVec; ++i) {
         const opmath_t x = kInputIsRepeated ? repeated_values[k].val[i] : full_values[k].val[i];
         const opmath_t w = kInputIsRepeated ? full_values[k].val[i] : repeated_values[k].val[i];
-        result.val[i] = w * (x * x);  // the order of w * x.square(), as gpu_kernel's loop
+        result.val[i] = math::WeightedSquare{}(x, w);
       }
       out[v] = result;
     }
@@ -87,7 +88,7 @@ void launch(const BroadcastArgs<scalar_t>& args) {
 }  // namespace
 
 void launch_forward_broadcast(at::TensorIteratorBase& iter, const BroadcastPlan& plan) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, iter.common_dtype(), "weighted_sum_broadcast_cuda", [&] {
+  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(iter.common_dtype(), "weighted_sum_broadcast_cuda", [&] {
     constexpr int64_t kVec = kVectorSize<scalar_t>;
     const auto input = static_cast<const scalar_t*>(iter.data_ptr(kInput));
     const auto weight = static_cast<const scalar_t*>(iter.data_ptr(kWeight));

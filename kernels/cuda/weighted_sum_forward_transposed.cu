@@ -4,7 +4,6 @@
 // (coalesced) into shared memory, the row-major ones straight into registers, and writes out
 // along its rows (coalesced). A warp moves 128 bytes per access: 32 floats, or 64 halves as
 // 32 pairs (the element rate, not the bytes, limits a tile kernel of 2-byte types).
-#include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/native/cuda/MemoryAccess.cuh>
@@ -12,7 +11,9 @@
 
 #include <type_traits>
 
-#include "kernels/cuda/forward_kernels.h"
+#include "kernels/cuda/weighted_sum_forward_transposed.h"
+#include "ops/floating_types.h"
+#include "ops/weighted_sum_math.h"
 
 namespace custom::cuda {
 namespace {
@@ -104,7 +105,7 @@ __device__ void whole_tile(
     for (int p = 0; p < P; ++p) {
       const opmath_t x = element<kInputAcross, scalar_t, opmath_t>(input_tile, input_rows[i], r, lane + p, p);
       const opmath_t w = element<kWeightAcross, scalar_t, opmath_t>(weight_tile, weight_rows[i], r, lane + p, p);
-      result.val[p] = w * (x * x);  // the order of w * x.square()
+      result.val[p] = math::WeightedSquare{}(x, w);
     }
     *reinterpret_cast<Pack<scalar_t>*>(args.out + (row0 + r) * args.out_row_stride + col0 + lane) = result;
   }
@@ -147,7 +148,7 @@ __device__ void edge_tile(
       if (r < rows && c < cols) {
         const opmath_t x = operand(std::bool_constant<kInputAcross>{}, input_tile, args.input, args.input_row_stride, r, c);
         const opmath_t w = operand(std::bool_constant<kWeightAcross>{}, weight_tile, args.weight, args.weight_row_stride, r, c);
-        args.out[(row0 + r) * args.out_row_stride + col0 + c] = w * (x * x);
+        args.out[(row0 + r) * args.out_row_stride + col0 + c] = math::WeightedSquare{}(x, w);
       }
     }
   }
@@ -192,7 +193,7 @@ bool packs_aligned(at::TensorIteratorBase& iter, const TransposedPlan& plan, int
 }  // namespace
 
 void launch_forward_transposed(at::TensorIteratorBase& iter, const TransposedPlan& plan) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, iter.common_dtype(), "weighted_sum_transposed_cuda", [&] {
+  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(iter.common_dtype(), "weighted_sum_transposed_cuda", [&] {
     constexpr int T = kTile<scalar_t>;
     const TransposedArgs<scalar_t> args{
         static_cast<scalar_t*>(iter.data_ptr(kOut)),
