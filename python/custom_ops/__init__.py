@@ -178,14 +178,14 @@ def inductor_decomposition_enabled() -> bool:
     return _inductor.is_enabled()
 
 
-from . import _inductor  # noqa: E402  (cheap: torch._inductor itself is imported only by a compile)
+from . import _inductor, _post_import  # noqa: E402  (cheap: torch._inductor is imported only by a compile)
 
-_inductor.install(__version__)
+_inductor.install(__version__, _post_import.when_imported)
 
 # DTensor sharding rules, so the op runs on tensors sharded with torch.distributed. Importing
 # DTensor costs about 2 s, so the rules are registered when the program imports
 # torch.distributed.tensor itself (now, if it already has); sharding.py alone is light.
-from . import _post_import, sharding  # noqa: E402
+from . import sharding  # noqa: E402
 
 
 def _register_sharding_rules() -> None:

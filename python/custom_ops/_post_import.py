@@ -1,9 +1,11 @@
 """Runs a function once a module has been imported, without importing that module ourselves.
 
-``import custom_ops`` uses it for the DTensor sharding rules: ``torch.distributed.tensor`` costs
-about two seconds to import, most users of the op never need it, and its rules are needed only
-once it is loaded. torch offers no hook of its own (its built-in DTensor rules are registered by
-``torch.distributed.tensor`` importing them), so this watches the import itself: a finder at the
+``import custom_ops`` uses it for what it adds to two heavy parts of torch that most users of the
+op never load: Inductor's decomposition table (``torch._inductor.decomposition``) and the DTensor
+sharding rules (``torch.distributed.tensor``, about two seconds to import). Both are needed only
+once those modules are loaded, and torch offers no hook of its own (its built-in DTensor rules,
+say, are registered by ``torch.distributed.tensor`` importing them), so this watches the import
+itself: a finder at the
 front of ``sys.meta_path`` that, for the one module name, wraps the loader the other finders
 return and calls the function right after the module's code has run. It relies only on importlib's
 ``find_spec``/``exec_module`` protocol, nothing of torch's.
