@@ -35,14 +35,12 @@ class Variant:
     bytes: int  # bytes the variant must move at least
 
 
-
-
 @dataclasses.dataclass
 class Summed:
+    """An expected value that is a sum: check() bounds its error by the size of the terms."""
+
     value: torch.Tensor
     scale: torch.Tensor  # the sum of the terms' absolute values
-
-
 
 
 # ----------------------------------------------------------------------------------------------

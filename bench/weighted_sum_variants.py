@@ -236,7 +236,6 @@ class Compiler:
         return self.dynamic
 
 
-
 def host_variants(x, w) -> dict[str, Callable[[], object]]:
     """The small calls whose per-call Python time is measured: ours, torch.add and the composite."""
     return {

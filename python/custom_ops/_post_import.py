@@ -5,10 +5,9 @@ op never load: Inductor's decomposition table (``torch._inductor.decomposition``
 sharding rules (``torch.distributed.tensor``, about two seconds to import). Both are needed only
 once those modules are loaded, and torch offers no hook of its own (its built-in DTensor rules,
 say, are registered by ``torch.distributed.tensor`` importing them), so this watches the import
-itself: a finder at the
-front of ``sys.meta_path`` that, for the one module name, wraps the loader the other finders
-return and calls the function right after the module's code has run. It relies only on importlib's
-``find_spec``/``exec_module`` protocol, nothing of torch's.
+itself: a finder at the front of ``sys.meta_path`` that, for the one module name, wraps the loader
+the other finders return and calls the function right after the module's code has run. It relies
+only on importlib's ``find_spec``/``exec_module`` protocol, nothing of torch's.
 """
 from __future__ import annotations
 

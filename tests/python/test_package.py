@@ -141,7 +141,8 @@ def test_out_and_in_place_wrappers_return_the_tensor_they_wrote(site):
         assert torch.equal(self, expected)
 
         # The mutating overloads have no Scalar form: a number is refused before the dispatcher.
-        for call in (lambda: custom_ops.weighted_sum(x, 2.0, out=out), lambda: custom_ops.weighted_sum_(x.clone(), 2.0)):
+        calls = (lambda: custom_ops.weighted_sum(x, 2.0, out=out), lambda: custom_ops.weighted_sum_(x.clone(), 2.0))
+        for call in calls:
             try:
                 call()
             except TypeError as error:
@@ -208,7 +209,8 @@ def test_dtensor_rules_wait_for_the_program_to_import_dtensor(site):
         state["registered_after_dtensor_import"] = custom_ops.sharding.is_registered()
         # The module keeps its own loader, and the watch is gone once it has fired.
         state["loader"] = type(torch.distributed.tensor.__loader__).__name__
-        state["watches_left"] = [type(f).__name__ for f in sys.meta_path if getattr(f, "name", None) == "torch.distributed.tensor"]
+        state["watches_left"] = [
+            type(f).__name__ for f in sys.meta_path if getattr(f, "name", None) == "torch.distributed.tensor"]
         """
     )
     result = run_python(code + DTENSOR_CALL + "print(json.dumps(state))\n", site)
