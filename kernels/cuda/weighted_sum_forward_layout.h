@@ -1,6 +1,6 @@
 // Which CUDA forward kernel suits an iterator. ATen's gpu_kernel vectorizes only when every
-// operand is contiguous; two common layouts fall to its strided loop, at 20-65% of the
-// bandwidth on an H200, and get kernels of their own:
+// operand is contiguous; two common layouts fall to its strided loop, far below the bandwidth
+// limit (docs/benchmarks.md), and get kernels of their own:
 //  - broadcast: out and one input contiguous [R, C], the other input a row [C] repeated down the
 //    rows (a per-channel weight) or a column [R, 1] repeated along them (a per-row weight);
 //  - transposed: out row-major, an input column-major (x.t()): tiles through shared memory, so

@@ -34,7 +34,7 @@ WITH_CUDA: bool = _build_info.WITH_CUDA
 
 __all__ = [
     "TORCH_VERSION", "WITH_CUDA", "__version__", "inductor_decomposition_enabled", "library_path",
-    "set_inductor_decomposition", "weighted_sum",
+    "set_inductor_decomposition", "weighted_sum", "weighted_sum_",
 ]
 
 _LIBRARY = pathlib.Path(__file__).resolve().with_name("libcustom_ops.so")
@@ -98,25 +98,30 @@ def library_path() -> str:
     return str(_LIBRARY)
 
 
-def weighted_sum(input: torch.Tensor, weight: torch.Tensor | float) -> torch.Tensor:
+def weighted_sum(
+    input: torch.Tensor, weight: torch.Tensor | float, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Elementwise ``weight * input**2``, computed by the custom::weighted_sum operator.
 
     Args:
         input: a float16, bfloat16, float32 or float64 tensor of any shape, on CPU or on CUDA (CUDA
             needs the library built with CUDA kernels, see ``WITH_CUDA``).
         weight: a tensor of one of those dtypes, broadcastable with ``input``, on the same device;
-            or a Python number (``custom::weighted_sum.Scalar``), which like ``input * 2.5`` keeps a
-            float input's dtype (bfloat16 times 2.5 stays bfloat16).
+            or, without ``out``, a Python number (``custom::weighted_sum.Scalar``), which like
+            ``input * 2.5`` keeps a float input's dtype (bfloat16 times 2.5 stays bfloat16).
+        out: where to write the result (``custom::weighted_sum.out``), as ATen's ``out=``: resized
+            with ATen's warning when its shape is wrong; a dtype the result cannot be cast to is an
+            error. Not differentiable: inputs that require grad are an error.
 
     Returns:
-        A new tensor of the broadcast shape of ``input`` and ``weight`` and their promoted dtype,
-        laid out as ``weight * input.square()`` lays out its result (channels_last stays
-        channels_last); float16 and bfloat16 compute in float32.
+        ``out`` when given; else a new tensor of the broadcast shape of ``input`` and ``weight``
+        and their promoted dtype, laid out as ``weight * input.square()`` lays out its result
+        (channels_last stays channels_last). float16 and bfloat16 compute in float32.
 
-    Differentiable with respect to both arguments, and traceable by torch.compile (fullgraph, dynamic
-    shapes), torch.export and AOTInductor. Same as ``torch.ops.custom.weighted_sum(input, weight)``;
-    the out= and in-place variants are ``torch.ops.custom.weighted_sum.out(input, weight, out=out)``
-    and ``torch.ops.custom.weighted_sum_(self, weight)``.
+    Differentiable with respect to both arguments (without ``out``), and traceable by
+    torch.compile (fullgraph, dynamic shapes), torch.export and AOTInductor. Same as
+    ``torch.ops.custom.weighted_sum(input, weight)`` and
+    ``torch.ops.custom.weighted_sum.out(input, weight, out=out)``, which return nothing.
 
     Example::
 
@@ -124,7 +129,31 @@ def weighted_sum(input: torch.Tensor, weight: torch.Tensor | float) -> torch.Ten
         >>> custom_ops.weighted_sum(torch.tensor([1.0, 2.0, 3.0]), torch.tensor(2.0))
         tensor([ 2.,  8., 18.])
     """
-    return torch.ops.custom.weighted_sum(input, weight)
+    if out is None:
+        return torch.ops.custom.weighted_sum(input, weight)
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(
+            f"custom_ops.weighted_sum: out= needs a tensor weight, got {type(weight).__name__} "
+            "(custom::weighted_sum.out has no Scalar overload)"
+        )
+    torch.ops.custom.weighted_sum.out(input, weight, out=out)
+    return out
+
+
+def weighted_sum_(self: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """In place: ``self`` becomes ``weight * self**2`` (``custom::weighted_sum_``); returns ``self``.
+
+    ``weight`` must broadcast to ``self``'s shape (``self`` cannot grow). Recorded by autograd on a
+    non-leaf ``self``; on a leaf that requires grad it raises, as ATen's in-place ops do. Same as
+    ``torch.ops.custom.weighted_sum_(self, weight)``, which returns nothing.
+    """
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(
+            f"custom_ops.weighted_sum_: needs a tensor weight, got {type(weight).__name__} "
+            "(custom::weighted_sum_ has no Scalar overload)"
+        )
+    torch.ops.custom.weighted_sum_(self, weight)
+    return self
 
 
 def set_inductor_decomposition(enabled: bool) -> None:
@@ -149,12 +178,26 @@ def inductor_decomposition_enabled() -> bool:
     return _inductor.is_enabled()
 
 
-from . import _inductor  # noqa: E402  (cheap: torch._inductor itself is imported only by a compile)
+from . import _inductor, _post_import  # noqa: E402  (cheap: torch._inductor is imported only by a compile)
 
-_inductor.install(__version__)
+_inductor.install(__version__, _post_import.when_imported)
 
-# DTensor sharding rules, so the op runs on tensors sharded with torch.distributed; registered
-# only where torch.distributed and DTensor exist (register() returns False otherwise).
+# DTensor sharding rules, so the op runs on tensors sharded with torch.distributed. Importing
+# DTensor costs about 2 s, so the rules are registered when the program imports
+# torch.distributed.tensor itself (now, if it already has); sharding.py alone is light.
 from . import sharding  # noqa: E402
 
-sharding.register()
+
+def _register_sharding_rules() -> None:
+    try:
+        sharding.register()
+    except Exception as error:  # an error here would fail the user's own import of DTensor
+        import warnings
+
+        warnings.warn(
+            f"custom_ops: the DTensor sharding rules were not registered ({error}); "
+            "call custom_ops.sharding.register() to retry"
+        )
+
+
+_post_import.when_imported("torch.distributed.tensor", _register_sharding_rules)

@@ -7,18 +7,18 @@ compute in float32 and round once; float32/float64 compute ``w * (x * x)``), so 
 the same forward values as our kernels, bit for bit. Only Inductor reads that table: eager calls,
 TorchScript, the C++ API and torch.export graphs keep the op.
 
-Registration is lazy: importing torch._inductor costs seconds, so `import custom_ops` installs an
-import hook and the entries are written when Inductor's decomposition module is first imported (at
-once when it already is). The state and the library version are appended to
+Registration is lazy: importing torch._inductor costs seconds, so `import custom_ops` has the
+entries written when Inductor's decomposition module is first imported (at once when it already
+is), through _post_import.when_imported. The state and the library version are appended to
 ``torch.compiler.config.cache_key_tag``: Inductor's and AOTAutograd's on-disk caches do not hash the
 decomposition table, and must not serve code compiled under the other state or another version.
 """
 from __future__ import annotations
 
-import importlib.abc
 import os
 import sys
 import threading
+from typing import Callable
 
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
@@ -154,54 +154,20 @@ def _update_cache_key_tag() -> None:
         compiler_config.cache_key_tag = "|".join(parts + [_tag_segment])
 
 
-class _RegisterAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Runs _apply() right after torch._inductor.decomposition executes, wherever it is imported."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != _DECOMPOSITION_MODULE:
-            return None
-        for finder in sys.meta_path:
-            if finder is self:
-                continue
-            find_spec = getattr(finder, "find_spec", None)
-            spec = find_spec(fullname, path, target) if find_spec is not None else None
-            if spec is not None and spec.loader is not None:
-                self._loader = spec.loader
-                spec.loader = self
-                return spec
-        return None
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        _uninstall_hook()
-        _apply()
-
-
-_hook: _RegisterAfterImport | None = None
-
-
-def _uninstall_hook() -> None:
-    global _hook
-    with _lock:
-        if _hook is not None and _hook in sys.meta_path:
-            sys.meta_path.remove(_hook)
-        _hook = None
-
-
-def install(version: str) -> None:
-    """Called once by `import custom_ops`: registers now if Inductor is loaded, else on its import."""
-    global _hook, _version
+def install(version: str, when_imported: Callable[[str, Callable[[], None]], None] | None = None) -> None:
+    """Called once by `import custom_ops`, with _post_import.when_imported: registers now if
+    Inductor's decomposition module is loaded, else when it is imported. Without `when_imported`
+    (this file loaded on its own, by path) that module is imported now."""
+    global _version
     with _lock:
         _version = version
         _update_cache_key_tag()
-        if _DECOMPOSITION_MODULE in sys.modules:
-            _apply()
-        elif _hook is None:
-            _hook = _RegisterAfterImport()
-            sys.meta_path.insert(0, _hook)
+    if when_imported is None:
+        import torch._inductor.decomposition  # noqa: F401
+
+        _apply()
+    else:
+        when_imported(_DECOMPOSITION_MODULE, _apply)
 
 
 def set_enabled(enabled: bool) -> None:

@@ -5,6 +5,9 @@ import json
 import subprocess
 import sys
 
+import pytest
+import torch
+
 from conftest import LIBRARY, REPO
 
 
@@ -69,3 +72,38 @@ def test_cpu_run_of_the_per_channel_layouts(tmp_path):
         other = eager[(row["layout"], row["log2n"])]
         assert abs(row["vs_eager"] - row["median_us"] / other["median_us"]) < 0.01 * row["vs_eager"]
     assert any("per-channel" in target["target"] for target in data["summary"])
+
+
+@pytest.fixture
+def bench_modules(monkeypatch):
+    """The benchmark's modules, imported as the script imports them (bench/ on sys.path)."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import bench_harness
+    import weighted_sum_report
+
+    return bench_harness, weighted_sum_report
+
+
+def test_check_stops_the_run_on_wrong_or_missing_values(bench_modules):
+    harness, _ = bench_modules
+    x, y = torch.randn(64), torch.empty(64)
+
+    def square_into_y(call):
+        return harness.Variant("ours_out", call, lambda: (x.double() ** 2,), 2 * x.nbytes)
+
+    harness.check(square_into_y(lambda: torch.mul(x, x, out=y)), "ours(out=)", "float32 case", torch.float32, y)
+    with pytest.raises(SystemExit, match=r"ours\(out=\) computes wrong values for float32 case"):
+        harness.check(square_into_y(lambda: torch.add(x, x, out=y)), "ours(out=)", "float32 case", torch.float32, y)
+    # y is filled with NaN before the call: an out= variant that writes nothing fails too.
+    with pytest.raises(SystemExit, match="wrong values"):
+        harness.check(square_into_y(lambda: y), "ours(out=)", "float32 case", torch.float32, y)
+
+
+def test_results_json_is_json_with_one_line_per_row(bench_modules):
+    _, report = bench_modules
+    results = {"device": "cpu", "summary": [{"target": "t", "status": "PASS"}],
+               "rows": [{"variant": "ours", "median_us": 1.5}, {"variant": "add", "median_us": 1.25}]}
+    text = report.results_json(results)
+    assert json.loads(text) == results
+    row_lines = [line for line in text.splitlines() if '"variant"' in line]
+    assert [json.loads(line.strip().rstrip(",")) for line in row_lines] == results["rows"]

@@ -118,6 +118,123 @@ def test_weighted_sum_function(site):
     )
 
 
+@pytest.mark.slow
+def test_out_and_in_place_wrappers_return_the_tensor_they_wrote(site):
+    run_python(
+        """
+        import typing, warnings, torch, custom_ops
+        x, w = torch.randn(4, 5), torch.randn(5)
+        expected = w * x.square()  # float32: the same bits (the composite's operation order)
+
+        out = torch.full((4, 5), float("nan"))
+        assert custom_ops.weighted_sum(x, w, out=out) is out
+        assert torch.equal(out, expected)
+        small = torch.empty(3)  # resized, with ATen's warning, as torch.mul(out=) does
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert custom_ops.weighted_sum(x, w, out=small) is small
+        assert torch.equal(small, expected)
+        assert any("was resized" in str(warning.message) for warning in caught), [str(c.message) for c in caught]
+
+        self = x.clone()
+        assert custom_ops.weighted_sum_(self, w) is self
+        assert torch.equal(self, expected)
+
+        # The mutating overloads have no Scalar form: a number is refused before the dispatcher.
+        calls = (lambda: custom_ops.weighted_sum(x, 2.0, out=out), lambda: custom_ops.weighted_sum_(x.clone(), 2.0))
+        for call in calls:
+            try:
+                call()
+            except TypeError as error:
+                assert "tensor weight, got float" in str(error), error
+            else:
+                raise SystemExit("a number weight was accepted")
+        # The functional form still takes one (custom::weighted_sum.Scalar).
+        assert torch.equal(custom_ops.weighted_sum(x, 2.0), 2.0 * x.square())
+
+        # In place on a non-leaf is recorded by autograd; out= refuses inputs that require grad.
+        leaf = torch.randn(4, 5, requires_grad=True)
+        custom_ops.weighted_sum_(leaf * 1, w).sum().backward()
+        torch.testing.assert_close(leaf.grad, 2 * w * leaf.detach())
+        try:
+            custom_ops.weighted_sum(leaf, w, out=torch.empty(4, 5))
+        except RuntimeError as error:
+            assert "don't support automatic differentiation" in str(error), error
+        else:
+            raise SystemExit("out= accepted an input that requires grad")
+
+        # Compiled in one graph, each returning the tensor it wrote.
+        def step(x, w, out):
+            return custom_ops.weighted_sum_(custom_ops.weighted_sum(x, w, out=out), w) + 1
+        compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+        out = torch.empty(4, 5)
+        torch.testing.assert_close(compiled(x, w, out), w * expected.square() + 1)
+        torch.testing.assert_close(out, w * expected.square())
+
+        hints = typing.get_type_hints(custom_ops.weighted_sum)
+        assert hints["out"] == typing.Optional[torch.Tensor] and hints["return"] is torch.Tensor, hints
+        hints = typing.get_type_hints(custom_ops.weighted_sum_)
+        assert hints == {"self": torch.Tensor, "weight": torch.Tensor, "return": torch.Tensor}, hints
+        assert {"weighted_sum", "weighted_sum_"} <= set(custom_ops.__all__)
+        """,
+        site,
+    )
+
+
+# Runs the op on a DTensor of a 1-rank gloo group: DTensor raises "no sharding strategy
+# registered" unless the rules are in place.
+DTENSOR_CALL = """
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+mesh = init_device_mesh("cpu", (1,))
+x, w = torch.randn(4, 6), torch.randn(6)
+y = torch.ops.custom.weighted_sum(distribute_tensor(x, mesh, [Shard(0)]), distribute_tensor(w, mesh, [Shard(0)]))
+assert torch.equal(y.full_tensor(), w * x.square())
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
+def test_dtensor_rules_wait_for_the_program_to_import_dtensor(site):
+    code = textwrap.dedent(
+        """
+        import json, sys, torch
+        import custom_ops
+        state = {"dtensor_loaded_by_import": "torch.distributed.tensor" in sys.modules,
+                 "registered_by_import": custom_ops.sharding.is_registered()}
+        import torch.distributed.tensor
+        state["registered_after_dtensor_import"] = custom_ops.sharding.is_registered()
+        # The module keeps its own loader, and the watch is gone once it has fired.
+        state["loader"] = type(torch.distributed.tensor.__loader__).__name__
+        state["watches_left"] = [
+            type(f).__name__ for f in sys.meta_path if getattr(f, "name", None) == "torch.distributed.tensor"]
+        """
+    )
+    result = run_python(code + DTENSOR_CALL + "print(json.dumps(state))\n", site)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+        "dtensor_loaded_by_import": False, "registered_by_import": False,
+        "registered_after_dtensor_import": True, "loader": "SourceFileLoader", "watches_left": [],
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
+def test_dtensor_rules_registered_at_import_when_dtensor_is_loaded_already(site):
+    code = textwrap.dedent(
+        """
+        import json, torch
+        import torch.distributed.tensor
+        import custom_ops
+        registered = custom_ops.sharding.is_registered()
+        """
+    )
+    result = run_python(code + DTENSOR_CALL + "print(json.dumps(registered))\n", site)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) is True
+
+
 MISMATCH = """
 import torch
 torch.__version__ = "{fake}"   # as if another torch were installed
