@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from conftest import LIBRARY, REPO
+from environment import LIBRARY, REPO
 
 
 def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):

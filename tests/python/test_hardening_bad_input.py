@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 
-from conftest import CUDA_BUILT, HAS_GPU
+from environment import CUDA_BUILT, HAS_GPU
 from reference import NON_STRIDED_LAYOUTS, call_overload, valid_arguments
 from torch_warnings import torch_warnings
 

@@ -15,7 +15,7 @@ import threading
 import pytest
 import torch
 
-from conftest import CUDA_BUILT, HAS_GPU
+from environment import CUDA_BUILT, HAS_GPU
 
 OPS = torch.ops.custom
 THREADS = 8

@@ -10,7 +10,7 @@ CUDA only; each test skips when the GPU has too little free memory for it.
 import pytest
 import torch
 
-from conftest import CUDA_BUILT, HAS_GPU
+from environment import CUDA_BUILT, HAS_GPU
 
 OPS = torch.ops.custom
 N = 2**31 + 1024

@@ -19,7 +19,7 @@ import textwrap
 import pytest
 import torch
 
-from conftest import LIBRARY
+from environment import LIBRARY
 
 OPS = torch.ops.custom
 REAL_LIBRARY = LIBRARY.resolve()

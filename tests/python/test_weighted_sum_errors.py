@@ -4,7 +4,7 @@ import re
 import pytest
 import torch
 
-from conftest import CUDA_BUILT, DEVICES, HAS_GPU
+from environment import CUDA_BUILT, DEVICES, HAS_GPU
 from reference import (
     NON_STRIDED_LAYOUTS,
     OPS,

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from conftest import CUDA_BUILT, HAS_GPU
+from environment import CUDA_BUILT, HAS_GPU
 from reference import (
     FLOAT_DTYPES,
     INPLACE_LAYOUT_NAMES,

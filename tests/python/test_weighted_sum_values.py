@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from conftest import LIBRARY
+from environment import LIBRARY
 from reference import (
     DTYPE_PAIRS,
     LAYOUT_NAMES,
