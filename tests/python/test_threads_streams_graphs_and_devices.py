@@ -1,4 +1,4 @@
-"""Hardening: the op under threads, CUDA streams, CUDA graphs and a second GPU.
+"""The op under threads, CUDA streams, CUDA graphs and a second GPU.
 
   threads   8 Python threads call every overload at once on different data (the dispatcher
             releases the GIL, so they really run together, also against ATen's own CPU thread

@@ -1,4 +1,4 @@
-"""Hardening: loading the library.
+"""Loading the library.
 
   twice      torch.ops.load_library of the same file again (also through another of its names,
              in this process and in a fresh one) registers nothing twice and the op still works.
