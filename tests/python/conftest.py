@@ -1,55 +1,22 @@
-"""Loads libcustom_ops.so once for every Python test.
+"""Fixtures and hooks for every Python test; loads libcustom_ops.so once, before any test module.
 
-The library is found at $CUSTOM_OPS_LIBRARY (set by `make test` to the installed copy), else at
-build/libcustom_ops.so in this checkout. Before any test, checks the C++ compiler that Inductor
-builds with (torch.compile on CPU, AOTInductor).
+The names tests share (REPO, LIBRARY, HAS_GPU, CUDA_BUILT, DEVICES) live in environment.py. Before
+any test, checks the C++ compiler that Inductor builds with (torch.compile on CPU, AOTInductor).
 """
-import os
-import pathlib
-import shutil
-import subprocess
 import sys
-import tempfile
 
 import pytest
 import torch
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-LIBRARY = pathlib.Path(os.environ.get("CUSTOM_OPS_LIBRARY", REPO / "build" / "libcustom_ops.so")).resolve()
+import environment
+from environment import LIBRARY, links_libstdcxx_statically
 
 torch.ops.load_library(str(LIBRARY))
 
-CUDA_BUILT = torch._C._dispatch_has_kernel_for_dispatch_key("custom::weighted_sum", "CUDA")
-HAS_GPU = torch.cuda.is_available()
 
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=pytest.mark.skipif(not (HAS_GPU and CUDA_BUILT), reason="needs a GPU and the CUDA kernels"),
-    ),
-]
-
-
-@pytest.fixture(params=DEVICES)
+@pytest.fixture(params=environment.DEVICES)  # read after the load: it asks for the CUDA kernels
 def device(request):
     return request.param
-
-
-def links_libstdcxx_statically(compiler: str) -> bool | None:
-    """Whether `compiler` builds C++ programs without libstdc++.so (a GCC shipped with libstdc++.a
-    only). None when objdump is missing and it cannot be told."""
-    objdump = shutil.which("objdump")
-    if objdump is None:
-        return None
-    with tempfile.TemporaryDirectory() as scratch:
-        probe = pathlib.Path(scratch) / "probe"
-        subprocess.run(
-            [compiler, "-x", "c++", "-", "-o", str(probe)], check=True, capture_output=True, text=True,
-            input="#include <sstream>\nint main() { std::ostringstream s; s << 42; return 0; }\n",
-        )
-        headers = subprocess.run([objdump, "-p", str(probe)], check=True, capture_output=True, text=True).stdout
-    return "libstdc++.so" not in headers
 
 
 def pytest_sessionstart(session):

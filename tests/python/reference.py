@@ -1,4 +1,4 @@
-"""Float64 references, tolerances and input layouts shared by the weighted_sum tests.
+"""Float64 references, tolerances, input layouts and bad arguments shared by the weighted_sum tests.
 
 Not a test module: the test files import it (pytest puts this directory on sys.path).
 Every helper that makes data draws fresh random numbers on each call.
@@ -6,6 +6,7 @@ Every helper that makes data draws fresh random numbers on each call.
 import math
 import warnings
 
+import pytest
 import torch
 
 OPS = torch.ops.custom
@@ -21,6 +22,19 @@ TOLERANCES = {
     torch.bfloat16: (2.0**-7, 1e-30),
     torch.float32: (2.0**-21, 1e-30),
     torch.float64: (2.0**-50, 0.0),
+}
+
+
+# The dtypes the op refuses, with c10's names for them as the messages print them.
+UNSUPPORTED_DTYPES = {
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.int32: "Int",
+    torch.int64: "Long",
+    torch.bool: "Bool",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
 }
 
 
@@ -57,6 +71,16 @@ def reference64(x, w):
 def reference(x, w):
     """weight * input**2 computed in float64 and cast to torch.result_type(input, weight)."""
     return reference64(x, w).to(torch.result_type(x, w))
+
+
+def exact_reference(x, w):
+    """`weight * input.square()` bit for bit as the op computes it: both cast to the result dtype, and
+    float16/bfloat16 computed in float32 and rounded once (float32/float64: the composite itself)."""
+    dtype = torch.result_type(x, w)
+    xc, wc = x.to(dtype), w.to(dtype)
+    if dtype in LOW_PRECISION:
+        return (wc.float() * xc.float().square()).to(dtype)
+    return wc * xc.square()
 
 
 def sum_to(t, shape):
@@ -242,6 +266,69 @@ def storage_snapshot(t):
 def assert_storage_unchanged(t, snapshot):
     now = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
     assert torch.equal(now, snapshot), "the op wrote into a tensor it must only read"
+
+
+def tensor_of_dtype(like, dtype):
+    """A random tensor shaped and placed like `like`, of any dtype (also integer, bool, complex)."""
+    if dtype.is_complex:
+        return torch.randn(like.shape, dtype=dtype, device=like.device)
+    return torch.randint(0, 2 if dtype == torch.bool else 7, like.shape, device=like.device).to(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# "Unchanged after the error": snapshots of every kind of tensor the error tests pass
+# ---------------------------------------------------------------------------------------------
+
+
+def snapshot(t):
+    """What a failed call must not change: for a strided tensor its metadata and every byte of its
+    storage (also outside its view); for the other layouts their shape and component tensors."""
+    if t.is_nested:
+        if t.layout == torch.jagged:
+            return ("jagged", t.values().clone(), t.offsets().clone())
+        return ("nested", [u.clone() for u in t.unbind()])
+    if t.layout == torch.sparse_coo:
+        return ("coo", t.shape, t._indices().clone(), t._values().clone())
+    if t.layout == torch.sparse_csr:
+        return ("csr", t.shape, t.crow_indices().clone(), t.col_indices().clone(), t.values().clone())
+    if t.is_mkldnn:
+        return ("mkldnn", t.shape, t.to_dense())
+    return (
+        "strided",
+        t.dtype,
+        t.shape,
+        t.stride(),
+        t.storage_offset(),
+        t.untyped_storage().data_ptr(),
+        t.untyped_storage().nbytes(),
+        None if t.is_meta else storage_snapshot(t),  # a meta tensor has metadata only
+    )
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def snapshot_all(tensors):
+    return {name: snapshot(t) for name, t in tensors.items()}
+
+
+def assert_unchanged(tensors, before):
+    for name, t in tensors.items():
+        assert _same(snapshot(t), before[name]), f"{name} was changed by a call that raised"
+
+
+def assert_rejected(fn, tensors, match, exception=RuntimeError):
+    """fn() raises `exception` matching `match`, and leaves every tensor in `tensors` (by name)
+    exactly as it was: metadata, storage and every byte of it."""
+    before = snapshot_all(tensors)
+    with pytest.raises(exception, match=match):
+        fn()
+    assert_unchanged(tensors, before)
 
 
 def nested(t):

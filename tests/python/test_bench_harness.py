@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import LIBRARY, REPO
+from environment import LIBRARY, REPO
 
 
 def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, links_libstdcxx_statically
+from environment import REPO, links_libstdcxx_statically
 
 OVERLOADS = ["weighted_sum", "weighted_sum.out", "weighted_sum_", "weighted_sum_backward"]
 

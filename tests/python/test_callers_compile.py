@@ -8,7 +8,7 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 
-from conftest import CUDA_BUILT, HAS_GPU
+from environment import CUDA_BUILT, HAS_GPU
 
 OPS = torch.ops.custom
 needs_cuda = pytest.mark.skipif(not (HAS_GPU and CUDA_BUILT), reason="needs a GPU and the CUDA kernels")

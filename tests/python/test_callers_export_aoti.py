@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from conftest import CUDA_BUILT, HAS_GPU, LIBRARY, REPO
+from environment import CUDA_BUILT, HAS_GPU, LIBRARY, REPO
 from torch_warnings import torchscript_deprecation
 
 sys.path.insert(0, str(REPO / "examples" / "python"))

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-from conftest import LIBRARY
+from environment import LIBRARY
 from torch_warnings import torchscript_deprecation
 
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from conftest import LIBRARY
+from environment import LIBRARY
 
 ALWAYS, NEVER = "0", str(1 << 62)
 TESTS_DIR = pathlib.Path(__file__).parent

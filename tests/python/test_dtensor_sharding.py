@@ -16,7 +16,7 @@ backward operator directly for every placement of grad, input and weight, with o
 leave a gradient out (None) and then [True, True] for the same placements (so a cached sharding
 of one mask must not be reused for another). Failures of all cases are reported together.
 
-The library is $CUSTOM_OPS_LIBRARY, else build/libcustom_ops.so (as in conftest.py); the rules come
+The library is $CUSTOM_OPS_LIBRARY, else build/libcustom_ops.so (as in environment.py); the rules come
 from the installed custom_ops package when it imports, else from python/custom_ops/sharding.py.
 """
 from __future__ import annotations

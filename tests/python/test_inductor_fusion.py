@@ -14,7 +14,7 @@ from torch._dynamo.utils import counters
 from torch._inductor import metrics
 from torch._inductor.utils import run_and_get_code
 
-from conftest import REPO
+from environment import REPO
 from reference import DTYPE_PAIRS, LOW_PRECISION, TOLERANCES, LAYOUT_NAMES, dtype_name, make_inputs, make_tensor
 
 OPS = torch.ops.custom

@@ -18,7 +18,7 @@ import textwrap
 import pytest
 import torch
 
-from conftest import HAS_GPU, LIBRARY, REPO
+from environment import HAS_GPU, LIBRARY, REPO
 
 
 def run_python(code, pythonpath, check=True):

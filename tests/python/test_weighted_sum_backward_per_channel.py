@@ -9,7 +9,7 @@ that of at::sum_to over a temporary (the generic path), and that no full-size su
 import pytest
 import torch
 
-from conftest import CUDA_BUILT, HAS_GPU
+from environment import CUDA_BUILT, HAS_GPU
 from reference import FLOAT_DTYPES, TOLERANCES, dtype_name
 
 OPS = torch.ops.custom

@@ -1,22 +1,28 @@
 """custom::weighted_sum.out and custom::weighted_sum_: ATen's out= and in-place rules."""
+import re
+
 import pytest
 import torch
 
-from conftest import CUDA_BUILT, HAS_GPU
+from environment import CUDA_BUILT, HAS_GPU
 from reference import (
     FLOAT_DTYPES,
     INPLACE_LAYOUT_NAMES,
     LAYOUT_NAMES,
     OPS,
+    UNSUPPORTED_DTYPES,
     assert_close_to_reference,
+    assert_rejected,
     assert_storage_unchanged,
     broadcast_shape,
     dtype_name,
+    exact_reference,
     make_inputs,
     make_tensor,
     poisoned,
     reference,
     storage_snapshot,
+    tensor_of_dtype,
 )
 from torch_warnings import torch_warnings
 
@@ -33,6 +39,9 @@ SOME_PAIRS = [
 pair_ids = [f"{dtype_name(a)}-{dtype_name(b)}" for a, b in SOME_PAIRS]
 
 RESIZE_WARNING = "was resized"
+PARTIAL_OVERLAP = "some elements of the input tensor and the written-to tensor refer to a single memory location"
+INTERNAL_OVERLAP = "more than one element of the written-to tensor refers to a single memory location"
+
 
 # ------------------------------------------------------------------------------------- out=
 
@@ -72,6 +81,7 @@ def test_out_wrong_shape_is_resized_with_a_warning(device, capfd):
     assert out.shape == broadcast_shape("both_broadcast")
     assert out.is_contiguous()
     assert_close_to_reference(out, reference(x, w))
+    assert torch.equal(out, exact_reference(x, w))
     assert any(RESIZE_WARNING in message for message in warned), warned
 
 
@@ -82,70 +92,118 @@ def test_out_with_no_elements_is_resized_silently(device, capfd):
         OPS.weighted_sum.out(x, w, out=out)
     assert out.shape == broadcast_shape("channel_weight")
     assert_close_to_reference(out, reference(x, w))
+    assert torch.equal(out, exact_reference(x, w))
     assert not any(RESIZE_WARNING in message for message in warned), warned
 
 
 @pytest.mark.parametrize("out_dtype", [torch.int32, torch.int64, torch.bool, torch.complex64], ids=dtype_name)
-def test_out_of_unsupported_dtype_raises(device, out_dtype):
+def test_out_of_unsupported_dtype_raises_before_resizing(device, out_dtype):
+    # out of the wrong shape as well: it must not be resized when the call fails.
     x, w = make_inputs("same_shape", torch.float32, torch.float32, device)
-    out = torch.zeros(broadcast_shape("same_shape"), dtype=out_dtype, device=device)
-    before = out.clone()
-    with pytest.raises(RuntimeError, match=r"weighted_sum\.out: out must have dtype float16, bfloat16, float32"):
-        OPS.weighted_sum.out(x, w, out=out)
-    assert torch.equal(out, before)
+    out = tensor_of_dtype(torch.empty(5, device=device), out_dtype)
+    assert_rejected(
+        lambda: OPS.weighted_sum.out(x, w, out=out),
+        {"x": x, "w": w, "out": out},
+        r"custom::weighted_sum\.out: out must have dtype float16, bfloat16, float32 or float64, "
+        rf"got {UNSUPPORTED_DTYPES[out_dtype]}\b",
+    )
 
 
 @pytest.mark.parametrize("out_dtype", FLOAT_DTYPES, ids=dtype_name)
-@pytest.mark.parametrize("result_dtype", [torch.float32, torch.float64], ids=dtype_name)
+@pytest.mark.parametrize("result_dtype", FLOAT_DTYPES, ids=dtype_name)
 def test_out_of_other_float_dtype_gets_the_result_cast(device, result_dtype, out_dtype):
     # The result is computed in result_type(input, weight) and then cast, as ATen's ops do: e.g. a
-    # float32 result into a float64 out is the float32 result widened, not a float64 computation.
+    # float32 result into a float64 out is the float32 result widened, not a float64 computation,
+    # and a float16 result into a float32 out is rounded to float16 first.
     x, w = make_inputs("channel_weight", result_dtype, result_dtype, device)
     out = poisoned(broadcast_shape("channel_weight"), out_dtype, device)
     OPS.weighted_sum.out(x, w, out=out)
     assert out.dtype == out_dtype
+    assert torch.equal(out, exact_reference(x, w).to(out_dtype))
     assert torch.equal(out, OPS.weighted_sum(x, w).to(out_dtype))
 
 
-@needs_cuda
-@pytest.mark.parametrize("inputs_on,out_on", [("cuda", "cpu"), ("cpu", "cuda")])
-def test_out_on_another_device_raises(inputs_on, out_on):
+@pytest.mark.parametrize(
+    "inputs_on,out_on",
+    [
+        # Runs without a GPU: a meta out is on another device as far as the op's checks go.
+        pytest.param("cpu", "meta", id="cpu-meta"),
+        pytest.param("cuda:0", "cpu", marks=needs_cuda, id="cuda0-cpu"),
+        pytest.param("cpu", "cuda:0", marks=needs_cuda, id="cpu-cuda0"),
+    ],
+)
+def test_out_on_another_device_raises_before_resizing(inputs_on, out_on):
     x, w = make_inputs("same_shape", torch.float32, torch.float32, inputs_on)
-    out = torch.zeros(broadcast_shape("same_shape"), device=out_on)
-    with pytest.raises(RuntimeError, match=r"weighted_sum\.out: expected out on .* like the inputs, got out on"):
-        OPS.weighted_sum.out(x, w, out=out)
-    assert not out.any()
+    out = torch.randn(5, device=out_on)  # the wrong shape too: must not be resized when the call fails
+    assert_rejected(
+        lambda: OPS.weighted_sum.out(x, w, out=out),
+        {"x": x, "w": w, "out": out},
+        rf"custom::weighted_sum\.out: expected out on {inputs_on} like the inputs, got out on {out_on}",
+    )
 
 
 @pytest.mark.parametrize("argument", ["input", "weight"])
 def test_out_partially_overlapping_an_input_raises(device, argument):
-    storage = torch.randn(12, device=device)
-    x, w = torch.randn(8, device=device), torch.randn(8, device=device)
+    base = torch.randn(20, device=device)
+    x, w = torch.randn(3, 4, device=device), torch.randn(3, 4, device=device)
     if argument == "input":
-        x = storage[:8]
+        x = base[:12].view(3, 4)
     else:
-        w = storage[:8]
-    out = storage[3:11]
-    before = storage.clone()
-    with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor refer to a single memory location"):
-        OPS.weighted_sum.out(x, w, out=out)
-    assert torch.equal(storage, before)
+        w = base[:12].view(3, 4)
+    out = base[3:15].view(3, 4)
+    tensors = {"base": base, "x": x, "w": w, "out": out}
+    assert_rejected(lambda: OPS.weighted_sum.out(x, w, out=out), tensors, PARTIAL_OVERLAP)
+
+
+def test_out_that_is_the_transpose_of_the_input_raises(device):
+    # Same memory, other strides: every element of out but the diagonal is another one of input.
+    x = torch.randn(4, 4, device=device)
+    w = torch.randn(4, device=device)
+    assert_rejected(lambda: OPS.weighted_sum.out(x, w, out=x.t()), {"x": x, "w": w}, PARTIAL_OVERLAP)
 
 
 def test_out_with_internal_overlap_raises(device):
     x, w = make_inputs("same_shape", torch.float32, torch.float32, device)
     out = torch.zeros(1, x.shape[1], device=device).expand(x.shape)
-    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor refers to a single memory location"):
-        OPS.weighted_sum.out(x, w, out=out)
+    assert_rejected(lambda: OPS.weighted_sum.out(x, w, out=out), {"x": x, "w": w, "out": out}, INTERNAL_OVERLAP)
 
 
+@pytest.mark.parametrize("base_size", [20, 12], ids=["storage_big_enough", "storage_grown"])
+def test_out_of_wrong_shape_partially_overlapping_the_input_raises_like_aten(device, base_size):
+    # 4 elements where the result has 12: out= would resize it, over the input's memory.
+    base = torch.randn(base_size, device=device)
+    x, w = base[:12].view(3, 4), torch.randn(4, device=device)
+    out = base[1:5]
+    aten_base = base.clone()  # ATen's own out= refuses the same call
+    with pytest.raises(RuntimeError, match=PARTIAL_OVERLAP):
+        torch.mul(w, aten_base[:12].view(3, 4), out=aten_base[1:5])
+    assert_rejected(lambda: OPS.weighted_sum.out(x, w, out=out), {"base": base, "w": w, "out": out}, PARTIAL_OVERLAP)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
 @pytest.mark.parametrize("argument", ["input", "weight"])
-def test_out_fully_aliasing_an_input_is_allowed(device, argument):
-    x, w = make_inputs("same_shape", torch.float32, torch.float32, device)
-    expected = reference(x, w)
+def test_out_fully_aliasing_an_input_is_allowed(device, argument, dtype):
+    x, w = make_inputs("same_shape", dtype, dtype, device)
+    x0, w0 = x.clone(), w.clone()
     out = x if argument == "input" else w
     OPS.weighted_sum.out(x, w, out=out)
-    assert_close_to_reference(out, expected)
+    assert torch.equal(out, exact_reference(x0, w0))
+    assert_close_to_reference(out, reference(x0, w0))
+
+
+def test_out_that_is_another_view_of_exactly_the_input_is_allowed(device):
+    x = torch.randn(3, 4, device=device)
+    w = torch.randn(4, device=device)
+    expected = exact_reference(x, w)
+    OPS.weighted_sum.out(x, w, out=x.view(12).view(3, 4))
+    assert torch.equal(x, expected)
+
+
+def test_out_that_is_both_operands_is_allowed(device):
+    x = torch.randn(3, 4, device=device)
+    expected = exact_reference(x, x)
+    OPS.weighted_sum.out(x, x, out=x)
+    assert torch.equal(x, expected)
 
 
 def test_out_with_empty_result(device):
@@ -195,42 +253,49 @@ def test_inplace_on_non_contiguous_self_leaves_the_rest_of_storage_alone(device,
     assert_storage_unchanged(x, whole)
 
 
-def test_inplace_self_as_its_own_weight(device):
-    x = make_tensor((5, 6), torch.float64, device)
-    expected = reference(x, x)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=dtype_name)
+def test_inplace_self_as_its_own_weight(device, dtype):
+    x = make_tensor((5, 6), dtype, device)
+    x0 = x.clone()
     OPS.weighted_sum_(x, x)
-    assert_close_to_reference(x, expected)
+    assert torch.equal(x, exact_reference(x0, x0))
+    assert_close_to_reference(x, reference(x0, x0))
+
+
+def _shape_text(shape):
+    return re.escape(str(list(shape)))
 
 
 @pytest.mark.parametrize("self_shape,weight_shape", [((6,), (4, 6)), ((4, 1), (4, 6)), ((), (3,))], ids=str)
 def test_inplace_raises_when_self_would_grow(device, self_shape, weight_shape):
     x = make_tensor(self_shape, torch.float32, device)
     w = make_tensor(weight_shape, torch.float32, device)
-    before = x.clone()
-    with pytest.raises(RuntimeError, match=r"weighted_sum_: weight of shape .* would broadcast self .* cannot resize self"):
-        OPS.weighted_sum_(x, w)
-    assert torch.equal(x, before)
+    grown = torch.broadcast_shapes(self_shape, weight_shape)
+    message = (
+        rf"custom::weighted_sum_: weight of shape {_shape_text(weight_shape)} would broadcast self of shape "
+        rf"{_shape_text(self_shape)} to {_shape_text(grown)}, but an in-place op cannot resize self"
+    )
+    assert_rejected(lambda: OPS.weighted_sum_(x, w), {"x": x, "w": w}, message)
 
 
-@pytest.mark.parametrize("self_dtype", [torch.int32, torch.int64, torch.uint8, torch.bool], ids=dtype_name)
-def test_inplace_on_integer_self_raises(device, self_dtype):
-    x = torch.ones(4, 6, dtype=self_dtype, device=device)
-    w = make_tensor((6,), torch.float32, device)
-    with pytest.raises(RuntimeError, match=r"weighted_sum_: self must have dtype float16, bfloat16, float32 or float64"):
-        OPS.weighted_sum_(x, w)
-    assert torch.equal(x, torch.ones_like(x))
+# name -> (shape of the tensor self is a view of, self from it, weight shape): self's elements share memory.
+EXPANDED_SELVES = {
+    "rows": ((1, 6), lambda base: base.expand(5, 6), (5, 6)),
+    "columns_by_as_strided": ((4,), lambda base: base.as_strided((4, 3), (1, 0)), (3,)),
+    # self has the broadcast shape only because it was expanded to it: still overlapping.
+    "to_the_weight_shape": ((3, 1), lambda base: base.expand(3, 5), (3, 5)),
+}
 
 
-def test_inplace_on_expanded_self_raises(device):
-    x = make_tensor((5, 6), torch.float32, device, "expanded")
-    w = make_tensor((5, 6), torch.float32, device)
-    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor refers to a single memory location"):
-        OPS.weighted_sum_(x, w)
+@pytest.mark.parametrize("kind", list(EXPANDED_SELVES))
+def test_inplace_on_expanded_self_raises(device, kind):
+    base_shape, view, weight_shape = EXPANDED_SELVES[kind]
+    base = make_tensor(base_shape, torch.float32, device)
+    w = make_tensor(weight_shape, torch.float32, device)
+    assert_rejected(lambda: OPS.weighted_sum_(view(base), w), {"base": base, "w": w}, INTERNAL_OVERLAP)
 
 
 def test_inplace_with_weight_partially_overlapping_self_raises(device):
-    storage = torch.randn(12, device=device)
-    before = storage.clone()
-    with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor refer to a single memory location"):
-        OPS.weighted_sum_(storage[:8], storage[3:11])
-    assert torch.equal(storage, before)
+    base = torch.randn(20, device=device)
+    self, w = base[:12].view(3, 4), base[10:14]
+    assert_rejected(lambda: OPS.weighted_sum_(self, w), {"base": base, "self": self, "w": w}, PARTIAL_OVERLAP)

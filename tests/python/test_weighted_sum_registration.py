@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from conftest import CUDA_BUILT
+from environment import CUDA_BUILT
 from reference import (
     INPLACE_LAYOUT_NAMES,
     LAYOUT_NAMES,

@@ -1,4 +1,5 @@
-"""custom::weighted_sum values: every dtype pair and layout against a float64 reference."""
+"""custom::weighted_sum values: every dtype pair and layout against a float64 reference; special values
+(NaN, +-Inf, -0.0, extremes, subnormals) exactly as `weight * input.square()` gives them."""
 import os
 import pathlib
 import subprocess
@@ -7,9 +8,10 @@ import sys
 import pytest
 import torch
 
-from conftest import LIBRARY
+from environment import LIBRARY
 from reference import (
     DTYPE_PAIRS,
+    FLOAT_DTYPES,
     LAYOUT_NAMES,
     LOW_PRECISION,
     OPS,
@@ -17,6 +19,7 @@ from reference import (
     assert_storage_unchanged,
     broadcast_shape,
     dtype_name,
+    exact_reference,
     make_inputs,
     reference,
     storage_snapshot,
@@ -91,11 +94,82 @@ def test_output_does_not_alias_inputs(device):
     )
 
 
-def test_special_values_propagate(device):
-    x = torch.tensor([float("inf"), float("nan"), 0.0, -0.0, float("inf"), 3.0], device=device)
-    w = torch.tensor([2.0, 1.0, float("inf"), -1.0, 0.0, float("-inf")], device=device)
-    out = OPS.weighted_sum(x, w)
-    torch.testing.assert_close(out, w * x.square(), equal_nan=True, rtol=0, atol=0)
+# ---------------------------------------------------------------------------------------------
+# NaN, +-Inf, -0.0, extremes and subnormals come out exactly as weight * input.square()
+# ---------------------------------------------------------------------------------------------
+
+
+def _special_values(dtype):
+    info = torch.finfo(dtype)
+    return [
+        0.0, -0.0, 1.0, -1.0, 2.0, 2.5, 3.0, -3.0,
+        float("nan"), float("inf"), float("-inf"),
+        info.max, -info.max, info.tiny, -info.tiny, info.smallest_normal / 4,  # a subnormal
+        float(info.max) ** 0.5 * 2, info.eps,  # the first: its square overflows
+    ]  # fmt: skip
+
+
+def special_grid(dtype, device):
+    """(x, w): every special value of x against every special value of w, elementwise."""
+    values = torch.tensor(_special_values(dtype), dtype=torch.float64).to(dtype)
+    x = values.repeat_interleave(len(values)).to(device)
+    w = values.repeat(len(values)).to(device)
+    return x, w
+
+
+def assert_identical(actual, expected):
+    """Equal element for element, NaN where NaN, and the sign of every zero (and infinity) kept."""
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    a, e = actual.cpu(), expected.cpu()
+    assert torch.equal(a.isnan(), e.isnan()), "NaN in different places"
+    keep = ~e.isnan()
+    assert torch.equal(a[keep], e[keep]), "values differ"
+    assert torch.equal(a[keep].signbit(), e[keep].signbit()), "signs (of zeros) differ"
+
+
+@pytest.mark.parametrize("input_dtype,weight_dtype", DTYPE_PAIRS, ids=pair_ids)
+def test_special_values_propagate_exactly_as_weight_times_input_squared(device, input_dtype, weight_dtype):
+    x, _ = special_grid(input_dtype, device)
+    _, w = special_grid(weight_dtype, device)
+    expected = exact_reference(x, w)
+    assert_identical(OPS.weighted_sum(x, w), expected)
+    out = torch.empty_like(expected)
+    OPS.weighted_sum.out(x, w, out=out)
+    assert_identical(out, expected)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
+def test_special_values_propagate_exactly_in_place(device, dtype):
+    x, w = special_grid(dtype, device)
+    expected = exact_reference(x, w)
+    OPS.weighted_sum_(x, w)
+    assert_identical(x, expected)
+
+
+ZERO_CASES = {  # (x, w): a zero result whose sign is the sign of w, since x**2 >= +0
+    "w=-0.0,x=2": (2.0, -0.0),
+    "w=-0.0,x=-2": (-2.0, -0.0),
+    "w=-1,x=0": (0.0, -1.0),
+    "w=-1,x=-0.0": (-0.0, -1.0),
+    "w=1,x=-0.0": (-0.0, 1.0),
+    "w=-0.0,x=-0.0": (-0.0, -0.0),
+    "w=0,x=-0.0": (-0.0, 0.0),
+    "w=-1,x=tiny": ("tiny", -1.0),  # x**2 underflows to +0; for float16, w*x**2 rounds to -0.0
+}
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("case", list(ZERO_CASES))
+def test_signed_zero_results_keep_the_sign_of_the_weight(device, dtype, case):
+    x_value, w_value = ZERO_CASES[case]
+    if x_value == "tiny":
+        x_value = torch.finfo(dtype).tiny
+    x = torch.tensor([x_value], dtype=dtype, device=device)
+    w = torch.tensor([w_value], dtype=dtype, device=device)
+    result = OPS.weighted_sum(x, w)
+    assert_identical(result, exact_reference(x, w))
+    assert result.item() == 0
+    assert bool(result.signbit()) == bool(w.signbit()), f"{result.item()!r} for w={w.item()!r}, x={x.item()!r}"
 
 
 @pytest.mark.parametrize("capability", ["default", "avx2"])

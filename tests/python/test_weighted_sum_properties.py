@@ -1,4 +1,4 @@
-"""Hardening: Hypothesis property tests of the weighted square against a float64 reference.
+"""Hypothesis property tests of the weighted square against a float64 reference.
 
 Hypothesis draws shapes (0 to 4 dimensions, sizes including 0), memory layouts (every dimension
 sliced with a step, a storage offset, dimensions permuted, size-1 dimensions expanded to stride

@@ -1,4 +1,4 @@
-"""Hardening: the op under threads, CUDA streams, CUDA graphs and a second GPU.
+"""The op under threads, CUDA streams, CUDA graphs and a second GPU.
 
   threads   8 Python threads call every overload at once on different data (the dispatcher
             releases the GIL, so they really run together, also against ATen's own CPU thread
@@ -15,7 +15,7 @@ import threading
 import pytest
 import torch
 
-from conftest import CUDA_BUILT, HAS_GPU
+from environment import CUDA_BUILT, HAS_GPU
 
 OPS = torch.ops.custom
 THREADS = 8

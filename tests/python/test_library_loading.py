@@ -1,4 +1,4 @@
-"""Hardening: loading the library.
+"""Loading the library.
 
   twice      torch.ops.load_library of the same file again (also through another of its names,
              in this process and in a fresh one) registers nothing twice and the op still works.
@@ -19,7 +19,7 @@ import textwrap
 import pytest
 import torch
 
-from conftest import LIBRARY
+from environment import LIBRARY
 
 OPS = torch.ops.custom
 REAL_LIBRARY = LIBRARY.resolve()

@@ -1,4 +1,4 @@
-"""Hardening: CUDA tensors of more than 2**31 elements (64-bit indexing).
+"""CUDA tensors of more than 2**31 elements (64-bit indexing).
 
 N = 2**31 + 1024 elements: a kernel that indexes with int32 wraps at 2**31 and writes, or reads,
 the wrong place past it. bfloat16 keeps one such tensor at 4 GiB. Every test checks the start,
@@ -10,7 +10,7 @@ CUDA only; each test skips when the GPU has too little free memory for it.
 import pytest
 import torch
 
-from conftest import CUDA_BUILT, HAS_GPU
+from environment import CUDA_BUILT, HAS_GPU
 
 OPS = torch.ops.custom
 N = 2**31 + 1024

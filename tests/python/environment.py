@@ -1,0 +1,61 @@
+"""What the Python tests run against: the checkout, the library under test, the devices.
+
+Not a test module and not a conftest: test files import these names from here (pytest puts this
+directory on sys.path). conftest.py loads LIBRARY before any test module is imported.
+
+  REPO        the checkout's root
+  LIBRARY     libcustom_ops.so under test: $CUSTOM_OPS_LIBRARY (set by `make test` to the installed
+              copy), else build/libcustom_ops.so in this checkout
+  HAS_GPU     torch sees a GPU
+  CUDA_BUILT  the loaded library registered CUDA kernels
+  DEVICES     parameters for a device-parametrized test: cpu, and cuda when it can run
+"""
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+import torch
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+LIBRARY = pathlib.Path(os.environ.get("CUSTOM_OPS_LIBRARY", REPO / "build" / "libcustom_ops.so")).resolve()
+HAS_GPU = torch.cuda.is_available()
+
+
+def _library_facts():
+    cuda_built = torch._C._dispatch_has_kernel_for_dispatch_key("custom::weighted_sum", "CUDA")
+    devices = [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=pytest.mark.skipif(not (HAS_GPU and cuda_built), reason="needs a GPU and the CUDA kernels"),
+        ),
+    ]
+    return {"CUDA_BUILT": cuda_built, "DEVICES": devices}
+
+
+def __getattr__(name):
+    # CUDA_BUILT and DEVICES ask the dispatcher about the loaded library, so they are computed on
+    # first use, after conftest.py has loaded it (conftest imports LIBRARY from here first).
+    if name not in ("CUDA_BUILT", "DEVICES"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals().update(_library_facts())
+    return globals()[name]
+
+
+def links_libstdcxx_statically(compiler: str) -> bool | None:
+    """Whether `compiler` builds C++ programs without libstdc++.so (a GCC shipped with libstdc++.a
+    only). None when objdump is missing and it cannot be told."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        return None
+    with tempfile.TemporaryDirectory() as scratch:
+        probe = pathlib.Path(scratch) / "probe"
+        subprocess.run(
+            [compiler, "-x", "c++", "-", "-o", str(probe)], check=True, capture_output=True, text=True,
+            input="#include <sstream>\nint main() { std::ostringstream s; s << 42; return 0; }\n",
+        )
+        headers = subprocess.run([objdump, "-p", str(probe)], check=True, capture_output=True, text=True).stdout
+    return "libstdc++.so" not in headers
