@@ -337,13 +337,16 @@ def test_out_viewing_an_input_that_must_grow_is_a_documented_refusal(device):
     assert outcome in ("refused (out_resized_over_input)", oracle.UNDEFINED)
 
 
+def _scalar_case(dtype, weight):
+    args = (("input", View(0, (2,), (1,), 0)), ("weight", weight))
+    return Case("weighted_sum.Scalar", (Buffer(dtype, 2),), args, 0, (2,))
+
+
 @pytest.mark.xfail(strict=True, reason="library bug: weighted_sum.Scalar makes a number beyond float32's range a "
                    "float32 weight with a checked conversion and raises 'value cannot be converted to type float "
                    "without overflow' (naming no op) where ATen's `1e39 * x.square()` gives inf")
 def test_scalar_weight_beyond_float32_range_gives_inf(device):
-    case = Case("weighted_sum.Scalar", (Buffer(torch.float32, 2),), (("input", View(0, (2,), (1,), 0)), ("weight", 1e39)),
-                0, (2,))
-    assert oracle.judge(case, device) == oracle.COMPUTED
+    assert oracle.judge(_scalar_case(torch.float32, 1e39), device) == oracle.COMPUTED
 
 
 @pytest.mark.xfail(strict=True, reason="library bug: weighted_sum.Scalar converts the number to an integer input's "
@@ -351,9 +354,7 @@ def test_scalar_weight_beyond_float32_range_gives_inf(device):
                    "cannot be converted to type int8_t without overflow' (naming no op or argument), not the "
                    "documented dtype refusal")
 def test_scalar_weight_beyond_an_integer_inputs_range_is_the_dtype_refusal(device):
-    case = Case("weighted_sum.Scalar", (Buffer(torch.int8, 2),), (("input", View(0, (2,), (1,), 0)), ("weight", 2**40)),
-                0, (2,))
-    assert oracle.judge(case, device) == "refused (dtype)"
+    assert oracle.judge(_scalar_case(torch.int8, 2**40), device) == "refused (dtype)"
 
 
 # ---------------------------------------------------------------------------------------------
