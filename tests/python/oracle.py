@@ -19,12 +19,14 @@ identical copies of the same arguments (same buffers, views and aliasing) and as
                  (or writes outside its output): no behaviour to match; ours may compute or raise
                  a RuntimeError.
 
-Ours computing where ATen raises is a failure, as is anything else.
+Ours computing where ATen raises is a failure, as is anything else. `judge_transform` (at the end)
+judges the same calls under torch.func.grad, torch.func.jvp and torch.vmap.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import re
 import warnings
 from typing import Callable
@@ -98,11 +100,24 @@ OPERATORS = (
         out_rules=lambda a: torch.mul(a["input"], a["weight"], out=a["out"]),
         inplace_rules=lambda a: a["self"].mul_(a["weight"]),
     ),
+    # A Python number as weight, like `input * 2.5`. Its kernel calls the tensor overload with the
+    # number as a 0-dim tensor of the result dtype, so its errors name custom::weighted_sum and its
+    # values are the composite's with the number rounded to that dtype (the README's promise).
+    Operator(
+        name="weighted_sum",
+        composite=weighted_sum_composite,
+        overloads=(
+            Overload("weighted_sum.Scalar", FUNCTIONAL, lambda a: OPS.weighted_sum.Scalar(a["input"], a["weight"]),
+                     True, 500),
+        ),
+        out_rules=None,
+        inplace_rules=None,
+        weight_kind="scalar",
+    ),
     # Future entries, one each, e.g.:
     #   Operator("weighted_square_sum",
     #            lambda input, weight, dim, keepdim, dtype: (weight * input.square()).sum(dim, keepdim, dtype=dtype),
     #            overloads=(...), out_rules=..., inplace_rules=None, bitwise=False, extra_args=reduction_args)
-    #   and the .Scalar overload as an Operator with weight_kind="scalar".
 )
 
 OVERLOADS = {overload.name: (op, overload) for op in OPERATORS for overload in op.overloads}
@@ -125,7 +140,9 @@ def _tensors(args):
 
 
 def _non_float(case, args):
-    return any(t.dtype not in FLOAT_DTYPES for t in _tensors(args))
+    # A complex number as a .Scalar weight makes the result complex, as a complex tensor would.
+    return any(t.dtype not in FLOAT_DTYPES for t in _tensors(args)) or any(
+        isinstance(v, complex) for v in args.values())
 
 
 def _cpu_scalar_with_accelerator(case, args):
@@ -250,9 +267,15 @@ def build(case, device):
     return args, buffers
 
 
-def repro(case, device):
-    """Python that makes this call again (run it from tests/python)."""
-    op, overload = OVERLOADS[case.overload]
+def _literal(number):
+    """Python source for a number (repr gives `inf` and `nan`, which are not)."""
+    if isinstance(number, float) and not math.isfinite(number):
+        return f"float({str(number)!r})"
+    return repr(number)
+
+
+def _setup_source(case, device):
+    """Python lines that make this call's buffers and arguments again."""
     lines = [
         "import torch, oracle  # after torch.ops.load_library(<libcustom_ops.so>)",
         f"# {case.note}" if case.note else "",
@@ -267,15 +290,21 @@ def repro(case, device):
             grad = ".detach().requires_grad_()" if spec.requires_grad else ""
             lines.append(f"{name} = b{spec.buffer}.as_strided({spec.shape}, {spec.stride}, {spec.offset}){grad}")
         else:
-            lines.append(f"{name} = {spec!r}")
-    names = dict(case.args)
-    call = {
-        FUNCTIONAL: f"torch.ops.custom.{overload.name}({', '.join(n for n in names)})",
-        OUT: f"torch.ops.custom.{overload.name}({', '.join(n for n in names if n != 'out')}, out=out)",
-        INPLACE: f"torch.ops.custom.{overload.name}({', '.join(n for n in names)})",
-    }[overload.kind]
-    lines.append(call)
-    return "\n".join(line for line in lines if line)
+            lines.append(f"{name} = {_literal(spec)}")
+    return [line for line in lines if line]
+
+
+def _call_source(overload, names):
+    """Python for one call of `overload` on the arguments called `names` (in schema order)."""
+    if overload.kind == OUT:
+        return f"torch.ops.custom.{overload.name}({', '.join(n for n in names if n != 'out')}, out=out)"
+    return f"torch.ops.custom.{overload.name}({', '.join(names)})"
+
+
+def repro(case, device):
+    """Python that makes this call again (run it from tests/python)."""
+    _, overload = OVERLOADS[case.overload]
+    return "\n".join(_setup_source(case, device) + [_call_source(overload, [n for n, _ in case.args])])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,17 +402,30 @@ def _opmath(dtype):
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
+def _as_tensors(op, operands, dtype):
+    """The operands, a number weight (.Scalar) made a 0-dim tensor of `dtype`: rounded to the result
+    dtype first, as the README promises (ATen's mul keeps it unrounded in float16/bfloat16 but rounds
+    x.square() there instead: neither is one rounding from the truth)."""
+    if op.weight_kind != "scalar":
+        return dict(operands)
+    return {**operands, "weight": torch.tensor(operands["weight"], dtype=dtype, device=operands["input"].device)}
+
+
 def _check_values(op, operands, dtype, actual, what):
     """actual holds the composite's result of `dtype`, cast to actual's dtype: bit for bit as the
     composite computes it in float32 (float16/bfloat16) or in its own dtype, when the operator
     promises that; else within one rounding of the float64 composite (overflow: inf of its sign)."""
     cast = actual.dtype
-    tensors = {k: v for k, v in operands.items() if isinstance(v, torch.Tensor)}
+    tensors = _as_tensors(op, operands, dtype)
+
+    def each(convert):
+        return {k: convert(v) if isinstance(v, torch.Tensor) else v for k, v in tensors.items()}
+
     if op.bitwise:
-        exact = op.composite(**{k: v.to(dtype).to(_opmath(dtype)) for k, v in tensors.items()}).to(dtype).to(cast)
+        exact = op.composite(**each(lambda v: v.to(dtype).to(_opmath(dtype)))).to(dtype).to(cast)
         assert _nan_equal(actual, exact), f"{what}: not bit for bit the composite\nours={actual}\nexpected={exact}"
         return
-    reference = op.composite(**{k: v.to(dtype).double() for k, v in tensors.items()}).cpu()
+    reference = op.composite(**each(lambda v: v.to(dtype).double())).cpu()
     actual = actual.detach().cpu().double()
     finite = reference.abs() <= min(torch.finfo(dtype).max, torch.finfo(cast).max)
     overflow = ~finite & ~reference.isnan()
@@ -469,3 +511,270 @@ def judge(case, device):
         ours_said = f"{type(our_error).__name__}: {our_error}" if our_error else "computed"
         raise OracleFailure(
             f"{failure}\nATen: {aten_said}\nours: {ours_said}\nreproduce:\n{repro(case, device)}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Under function transforms: torch.func.grad, torch.func.jvp, torch.vmap
+# ---------------------------------------------------------------------------------------------
+#
+# The same call inside a transform, ours against the composite with ATen's out=/in-place rules
+# (`_body`), on identical copies of the arguments; the outcomes are `judge`'s. Where both compute:
+#   vmap  every example's values as `judge` checks them (bit for bit where the operator promises
+#         it), and the physical out/self written with them;
+#   grad, jvp (tangent)  the composite's dtype and shape, and values within (TRANSFORM_SLACK + n)
+#         roundings, of the coarsest dtype involved, of the same transform of the float64
+#         composite, relative to that transform of the absolute values (a bound on every product
+#         summed), n the number of elements one gradient element sums (broadcasting). A transform
+#         is several operations, not one, and ours and ATen round its intermediates differently.
+# Where both raise, an error that the transform itself raises for both alike (functorch refusing
+# an integer input) needs no op name. ATen-undefined: functorch crashed on an empty batch
+# (`_empty_batch_crash`); ours may compute an empty result of ATen's dtype and shape, or raise.
+
+GRAD, JVP, VMAP = "grad", "jvp", "vmap"
+OURS, COMPOSITE = "ours", "composite"
+TRANSFORM_SLACK = 8
+# Arguments of the transform rather than of the op (identifiers: the repro assigns them).
+TRANSFORM_ARGS = ("cotangent", "tangent_input", "tangent_self", "tangent_weight", "batched")
+
+
+@dataclasses.dataclass(frozen=True)
+class Transformed:
+    transform: str  # GRAD, JVP or VMAP
+    case: Case  # the op's arguments (under vmap with their batch dims), then TRANSFORM_ARGS
+    wrt: tuple = ()  # grad/jvp: the differentiated arguments, by schema name
+    in_dims: tuple = ()  # vmap: ((argument name, batch dim or None), ...); "batched" is unused by the op
+    clone_self: bool = True  # grad/jvp in place: write a clone of self (else the input itself)
+
+
+def _op_args(args):
+    return {k: v for k, v in args.items() if k not in TRANSFORM_ARGS}
+
+
+def _alias(case, args):
+    """Re-points the arguments that are another argument (Same) at that argument's current value."""
+    for name, spec in case.args:
+        if isinstance(spec, Same):
+            args[name] = args[spec.role]
+    return args
+
+
+def _body(op, overload, impl, a):
+    """One call on the op's arguments `a`, ours or the composite: the result, or out/self written."""
+    if overload.kind == FUNCTIONAL:
+        return overload.call(a) if impl == OURS else op.composite(**_operands(op, overload, a))
+    target = a["out" if overload.kind == OUT else "self"]
+    if impl == OURS:
+        overload.call(a)
+        return target
+    operands, rules_args = _operands(op, overload, a), a
+    if overload.kind == INPLACE:
+        # The value from a copy of self, and a weight that is self as a copy in the rule op: what
+        # autograd saves for either must not be overwritten by the rule op or the copy_ below.
+        original = a["self"].clone()
+        aliased = a["weight"] is a["self"]
+        operands = {**operands, "input": original, **({"weight": original} if aliased else {})}
+        rules_args = {**a, "weight": original} if aliased else a
+    # ATen's checks for this out/self, and their errors, before the value's (as the overload's own).
+    (op.out_rules if overload.kind == OUT else op.inplace_rules)(rules_args)
+    value = op.composite(**operands)
+    if not torch.can_cast(value.dtype, target.dtype):
+        raise RuntimeError(f"result type {value.dtype} can't be cast to the desired output type {target.dtype}")
+    return target.copy_(value)
+
+
+def _run(t, impl, args):
+    """The transform of one call (ours or the composite) on `args`, by name."""
+    op, overload = OVERLOADS[t.case.overload]
+    if t.transform == VMAP:
+        names = [name for name, _ in t.in_dims]
+
+        def batched(*values):
+            return _body(op, overload, impl, _alias(t.case, _op_args({**args, **dict(zip(names, values))})))
+
+        return torch.vmap(batched, in_dims=tuple(d for _, d in t.in_dims))(*(args[n] for n in names))
+
+    def f(*values):
+        a = _op_args({**args, **dict(zip(t.wrt, values))})
+        if overload.kind == INPLACE and t.clone_self:
+            a["self"] = a["self"].clone()
+        y = _body(op, overload, impl, _alias(t.case, a))
+        return (y * args["cotangent"]).sum() if t.transform == GRAD else y
+
+    primals = tuple(args[n] for n in t.wrt)
+    if t.transform == GRAD:
+        return torch.func.grad(f, argnums=tuple(range(len(primals))))(*primals)
+    return torch.func.jvp(f, primals, tuple(args[f"tangent_{n}"] for n in t.wrt))
+
+
+def repro_transform(t, device):
+    """Python that runs ours under this transform again (run it from tests/python); `result` is
+    what the transform returns."""
+    _, overload = OVERLOADS[t.case.overload]
+    names = [n for n, _ in t.case.args if n not in TRANSFORM_ARGS]
+    params = [n for n, _ in t.in_dims] if t.transform == VMAP else list(t.wrt)
+    body, signature = [], list(params)
+    if overload.kind == INPLACE and t.transform != VMAP and t.clone_self:
+        body.append("self = self.clone()")
+        if "self" not in params:  # the captured self, as a local name the clone can take
+            signature.append("self=self")
+    body += [f"{name} = {spec.role}" for name, spec in t.case.args if isinstance(spec, Same)]
+    call = _call_source(overload, names)
+    if overload.kind == FUNCTIONAL:
+        body.append(f"y = {call}")
+    else:
+        body += [call, f"y = {'out' if overload.kind == OUT else 'self'}"]
+    body.append("return (y * cotangent).sum()" if t.transform == GRAD else "return y")
+    lines = _setup_source(t.case, device) + [f"def f({', '.join(signature)}):"] + [f"    {line}" for line in body]
+    if t.transform == GRAD:
+        lines.append(f"result = torch.func.grad(f, argnums={tuple(range(len(params)))})({', '.join(params)})")
+    elif t.transform == JVP:
+        tangents = "".join(f"tangent_{n}, " for n in params)
+        lines.append(f"result = torch.func.jvp(f, ({''.join(p + ', ' for p in params)}), ({tangents}))")
+    else:
+        lines.append(f"result = torch.vmap(f, in_dims={tuple(d for _, d in t.in_dims)})({', '.join(params)})")
+    return "\n".join(lines)
+
+
+def _float64(args, absolute):
+    """Float64 copies of the arguments (their absolute values, when `absolute`)."""
+    def convert(v):
+        if isinstance(v, torch.Tensor):
+            v = v.detach().to(torch.float64, copy=True)  # the transform may write it (in place on the input)
+        return abs(v) if absolute else v
+    return {k: convert(v) for k, v in args.items()}
+
+
+def _value_dtype(op, overload, operands):
+    return op.composite(**_operands(op, overload, operands)).dtype
+
+
+def _check_close(actual, reference, magnitude, rounding, terms, what):
+    u, a = rounding
+    bound = (TRANSFORM_SLACK + terms) * (u * magnitude + a)
+    error = (actual.detach().cpu().double() - reference.cpu()).abs()
+    bad = ~(error <= bound.cpu())  # nan is bad too
+    if bad.any():
+        i = tuple(bad.nonzero()[0].tolist())
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {bad.numel()} values further than {TRANSFORM_SLACK} + {terms} roundings "
+            f"from the float64 composite's, e.g. at {i}: ours {actual[i].item()!r}, float64 "
+            f"{reference[i].item()!r}, allowed error {bound[i].item():.3g}\nours={actual}\nfloat64={reference}")
+
+
+def _check_transformed(t, op, overload, args, clean, ours, expected):
+    """Both computed: ours against the composite's result under the transform (see above)."""
+    def same_kind(got, want, what):
+        assert isinstance(got, torch.Tensor), f"{what}: ours returned {type(got).__name__}"
+        assert (got.dtype, tuple(got.shape)) == (want.dtype, tuple(want.shape)), (
+            f"{what} dtype/shape: ours {got.dtype} {tuple(got.shape)}, composite {want.dtype} {tuple(want.shape)}")
+
+    op_names = [n for n, _ in t.case.args if n not in TRANSFORM_ARGS]
+    if t.transform == VMAP:
+        same_kind(ours, expected, "result")
+        dims = dict(t.in_dims)
+        target = {OUT: "out", INPLACE: "self"}.get(overload.kind)
+        for b in range(ours.shape[0]):
+            example = {n: clean[n] if dims.get(n) is None else clean[n].select(dims[n], b) for n in op_names}
+            example = _alias(t.case, example)
+            operands = _operands(op, overload, example)
+            _check_values(op, operands, _value_dtype(op, overload, example), ours[b], f"example {b}")
+            if target:  # the batched out/self was written, not a copy of it
+                written = args[target] if dims.get(target) is None else args[target].select(dims[target], b)
+                assert _nan_equal(written, ours[b]), f"example {b}: {target} does not hold the result"
+        return
+
+    float_dtypes = {v.dtype for v in args.values() if isinstance(v, torch.Tensor) and v.dtype in ROUNDING}
+    reference = _run(t, COMPOSITE, _alias(t.case, _float64(clean, False)))
+    magnitude = _run(t, COMPOSITE, _alias(t.case, _float64(clean, True)))
+    if t.transform == GRAD:
+        assert isinstance(ours, tuple) and len(ours) == len(t.wrt), f"ours returned {ours!r}"
+        y_numel = math.prod(t.case.result_shape if overload.kind != INPLACE else clean["self"].shape)
+        for name, got, want, ref, mag in zip(t.wrt, ours, expected, reference, magnitude):
+            same_kind(got, want, f"grad w.r.t. {name}")
+            rounding = max((ROUNDING[d] for d in float_dtypes | {got.dtype}), key=lambda r: r[0])
+            terms = max(1, y_numel // max(1, clean[name].numel()))
+            _check_close(got, ref, mag, rounding, terms, f"grad w.r.t. {name}")
+        return
+    (primal, tangent), (want_primal, want_tangent) = ours, expected
+    same_kind(primal, want_primal, "jvp primal")
+    # The tangent has its primal's dtype, as forward AD keeps them. Not always the composite's: ATen's
+    # tangent of a 0-dim float16/float32 tensor times a Python float is float64.
+    same_kind(tangent, want_tangent.to(want_primal.dtype), "jvp tangent")
+    start = _alias(t.case, {n: clean[n] for n in op_names})
+    _check_values(op, _operands(op, overload, start), _value_dtype(op, overload, start), primal, "jvp primal")
+    rounding = max((ROUNDING[d] for d in float_dtypes | {primal.dtype}), key=lambda r: r[0])
+    _check_close(tangent, reference[1], magnitude[1], rounding, 1, "jvp tangent")
+
+
+def _empty_batch_crash(t, args, error):
+    """Whether ATen's batching rules crashed on an empty batch rather than refused the call: with
+    a per-example 0-dim operand and an unbatched one, functorch's binary rules index example 0
+    (`torch.vmap(lambda x: w * x)(torch.empty(0))` raises IndexError).
+    ATen computes such calls for batch sizes 1 to 3: no refusal to match."""
+    if t.transform != VMAP or not isinstance(error, IndexError) or "out of range" not in str(error):
+        return False
+    return any(d is not None and args[n].shape[d] == 0 for n, d in t.in_dims)
+
+
+def _check_empty_batch(t, op, overload, clean, ours):
+    """Ours computed an empty batch where ATen crashed: its dtype and shape must be ATen's per example."""
+    dims = dict(t.in_dims)
+    example = {}
+    for name, _ in t.case.args:
+        v = clean[name]
+        if name not in TRANSFORM_ARGS and isinstance(v, torch.Tensor):
+            shape = list(v.shape)
+            if dims.get(name) is not None:
+                del shape[dims[name]]
+            example[name] = torch.empty(shape, dtype=v.dtype, device="meta")
+        else:
+            example[name] = v
+    example = _alias(t.case, example)
+    want = (op.composite(**_operands(op, overload, example)) if overload.kind == FUNCTIONAL
+            else example["out" if overload.kind == OUT else "self"])
+    assert isinstance(ours, torch.Tensor) and (ours.dtype, tuple(ours.shape)) == (want.dtype, (0, *want.shape)), (
+        f"empty batch: ours {ours.dtype} {tuple(ours.shape)}, ATen per example {want.dtype} {tuple(want.shape)}")
+
+
+def judge_transform(t, device):
+    """Runs ours and the composite under transform `t` on copies of its arguments; returns the
+    outcome or raises OracleFailure with the Python that reproduces ours."""
+    op, overload = OVERLOADS[t.case.overload]
+    aten_args, _ = build(t.case, device)
+    our_args, our_buffers = build(t.case, device)
+    before = [b.clone() for b in our_buffers]
+    clean = _alias(t.case, {k: _clean(v) for k, v in our_args.items()})
+
+    expected, aten_error = _call(lambda: _run(t, COMPOSITE, aten_args))
+    ours, our_error = _call(lambda: _run(t, OURS, our_args))
+
+    try:
+        if _empty_batch_crash(t, aten_args, aten_error):
+            if our_error is None:
+                _check_empty_batch(t, op, overload, clean, ours)
+            else:
+                _check_error(our_error, "custom::" + op.name, "ATen-undefined")
+            return UNDEFINED
+        if aten_error is not None and our_error is None:
+            raise OracleFailure(f"ours computed where the composite raised: {type(aten_error).__name__}: {aten_error}")
+        if our_error is not None:
+            if aten_error is not None:
+                outcome = BOTH_RAISED
+                if (type(our_error), str(our_error)) != (type(aten_error), str(aten_error)):
+                    _check_error(our_error, "custom::" + op.name, "both raised")
+            else:
+                refusal = [r for r in REFUSALS
+                           if r.applies(t.case, _op_args(our_args)) and re.search(r.message, str(our_error))]
+                if not (isinstance(our_error, RuntimeError) and refusal):
+                    raise OracleFailure(f"ours raised where the composite computes, not a documented refusal: "
+                                        f"{type(our_error).__name__}: {our_error}")
+                outcome = f"{REFUSED} ({refusal[0].name})"
+            assert all(_nan_equal(b, s) for b, s in zip(our_buffers, before)), f"{outcome}: ours wrote memory"
+            return outcome
+        _check_transformed(t, op, overload, our_args, clean, ours, expected)
+        return COMPUTED
+    except AssertionError as failure:
+        aten_said = f"{type(aten_error).__name__}: {aten_error}" if aten_error else "computed"
+        ours_said = f"{type(our_error).__name__}: {our_error}" if our_error else "computed"
+        raise OracleFailure(f"{t.transform} of {overload.name}: {failure}\ncomposite: {aten_said}\nours: {ours_said}\n"
+                            f"reproduce:\n{repro_transform(t, device)}") from None

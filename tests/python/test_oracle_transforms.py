@@ -1,0 +1,342 @@
+"""The ATen oracle under function transforms: torch.func.grad, torch.func.jvp and torch.vmap of
+every overload in oracle.OPERATORS, against the same transform of the composite (issue 20).
+
+Hypothesis (fixed seed, no example database) draws calls as test_oracle_aten.py does (dtypes float
+and not, shapes 0-dim / empty / broadcast both ways / not broadcastable, transposed, permuted,
+sliced, expanded and offset views) and oracle.judge_transform runs each through ours and the
+composite under the transform; see oracle.py for the outcomes it accepts. Per transform:
+  grad  of (result * cotangent).sum() w.r.t. the input, the weight or both; in place on a clone
+        of the input, now and then on the differentiated input itself (a leaf: both raise);
+        out= into a captured tensor (both raise: out= is not differentiable)
+  jvp   with random tangents for the input, the weight or both (out=: both raise)
+  vmap  batch sizes 0 to 3, every operand batched at a random (also negative) dim or not, batch
+        dims expanded too; in place with self batched or not; out= batched (both raise) or, with
+        only an unused argument batched, computing
+A .Scalar weight is a Python number: differentiated and batched only through the input (batch sizes
+1 to 3 until it has a batching rule: see FALLBACK_NEEDED).
+"""
+import contextlib
+import math
+
+import pytest
+import torch
+
+import oracle
+from oracle import GRAD, INPLACE, JVP, OUT, VMAP, Buffer, Transformed, View
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, note  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+# The ATen oracle's own strategies and settings: the same draws, the same fixed seed.
+from test_oracle_aten import Builder, _settings, dtypes, numbers, shape_pairs  # noqa: E402
+
+MIN_EXAMPLES_PER_DEVICE = 600
+
+# (transform, overload) -> (examples per device, the outcomes its campaign must reach).
+CAMPAIGNS = {
+    (GRAD, "weighted_sum"): (150, {"computed", "both raised", "refused"}),
+    (GRAD, "weighted_sum.out"): (30, {"both raised"}),
+    (GRAD, "weighted_sum_"): (120, {"computed", "both raised", "refused"}),
+    (GRAD, "weighted_sum.Scalar"): (60, {"computed", "both raised"}),  # an integer input: ATen raises too
+    (JVP, "weighted_sum"): (150, {"computed", "both raised", "refused"}),
+    (JVP, "weighted_sum.out"): (30, {"both raised"}),
+    (JVP, "weighted_sum_"): (120, {"computed", "both raised", "refused"}),
+    (JVP, "weighted_sum.Scalar"): (100, {"computed", "both raised", "refused"}),
+    (VMAP, "weighted_sum"): (150, {"computed", "both raised", "refused"}),
+    (VMAP, "weighted_sum.out"): (80, {"computed", "both raised", "refused"}),
+    (VMAP, "weighted_sum_"): (120, {"computed", "both raised", "refused"}),
+    (VMAP, "weighted_sum.Scalar"): (60, {"computed", "refused"}),
+}
+
+
+# weighted_sum.Scalar has no batching rule yet (the two xfail tests below): its vmap campaign runs
+# through functorch's per-example fallback, which refuses empty batches.
+FALLBACK_NEEDED = {(VMAP, "weighted_sum.Scalar")}
+
+
+def key(transform, overload_name):
+    return f"{transform} {overload_name}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Strategies
+# ---------------------------------------------------------------------------------------------
+
+
+def _meta(shape, dtype):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+@st.composite
+def transformed(draw, transform, overload_name, device):
+    op, overload = oracle.OVERLOADS[overload_name]
+    b = Builder(draw, device)
+    x_shape, w_shape, shape = draw(shape_pairs())
+    x_dtype, w_dtype = draw(dtypes), draw(dtypes)
+    scalar = op.weight_kind == "scalar"
+    x_name = "self" if overload.kind == INPLACE else "input"
+    if scalar:  # no inf, nan or overflow under grad and jvp: no tolerance holds there
+        weight = draw(numbers if transform == VMAP else numbers.filter(lambda v: abs(v) <= 4))
+        shape = x_shape
+    if overload.kind == INPLACE and shape is not None and draw(st.integers(0, 5)) != 0:
+        x_shape = shape  # self of the broadcast shape, mostly; else self that would have to grow
+    aliased = overload.kind == INPLACE and draw(st.integers(0, 7)) == 0  # weighted_sum_(self, self)
+    if aliased:
+        w_shape, w_dtype = x_shape, x_dtype
+    wrt = ()
+    if transform in (GRAD, JVP):
+        choices = [(x_name,)] if scalar or aliased else [(x_name,), ("weight",), (x_name, "weight")]
+        wrt = draw(st.sampled_from(choices))
+        if "weight" not in wrt and not (scalar or aliased) and draw(st.booleans()):
+            # An integer weight that is not differentiated: ATen differentiates, ours refuses.
+            w_dtype = draw(st.sampled_from(oracle.OTHER_DTYPES))
+    result_shape = shape if shape is not None else x_shape  # not broadcastable: both raise anyway
+    # (a number promotes by its kind only: 0 of its type stands for it, whatever its size)
+    result_dtype = torch.result_type(_meta(x_shape, x_dtype), type(weight)(0) if scalar else _meta(w_shape, w_dtype))
+
+    # vmap: each tensor operand batched at a random dim or not; if none is, only an unused
+    # argument is (out= computes only then). A batch dim of the layout can be expanded.
+    batch = draw(st.integers(1 if (transform, overload_name) in FALLBACK_NEEDED else 0, 3))
+    in_dims, nothing_batched = [], transform == VMAP and draw(st.integers(0, 7 if overload.kind != OUT else 2)) == 0
+
+    def operand(name, shape, dtype):
+        if transform == VMAP:
+            dim = None if nothing_batched or draw(st.integers(0, 2)) == 0 else draw(
+                st.integers(-len(shape) - 1, len(shape)))
+            in_dims.append((name, dim))
+            if dim is not None:  # the physical shape
+                at = dim % (len(shape) + 1)
+                shape = shape[:at] + (batch,) + shape[at:]
+        b.fresh(name, shape, dtype, grad_ok=False)
+
+    operand(x_name, x_shape, x_dtype)
+    if scalar:
+        b.args.append(("weight", weight))
+        b.notes.append(f"weight {oracle._literal(weight)}")
+    elif aliased:
+        b.alias("weight", "self")
+    else:
+        operand("weight", w_shape, w_dtype)
+    if overload.kind == OUT:
+        if draw(st.integers(0, 4)) != 0:
+            out_shape, out_dtype = result_shape, draw(st.one_of(st.just(result_dtype), dtypes))
+        else:
+            out_shape, out_dtype = tuple(draw(st.lists(st.integers(0, 4), max_size=3))), draw(dtypes)
+        operand("out", out_shape, out_dtype)
+
+    clone_self = True
+    if transform in (GRAD, JVP):
+        clone_self = overload.kind != INPLACE or draw(st.integers(0, 7)) != 0
+        if not clone_self:
+            b.notes.append("in place on the differentiated input itself")
+        shapes = {x_name: x_shape, "weight": w_shape}
+        dtypes_of = {x_name: x_dtype, "weight": w_dtype}
+        if transform == GRAD:
+            y_shape = x_shape if overload.kind == INPLACE else result_shape
+            y_dtype = x_dtype if overload.kind == INPLACE else result_dtype
+            b.fresh("cotangent", y_shape, y_dtype if y_dtype in oracle.FLOAT_DTYPES else torch.float32, grad_ok=False)
+        else:
+            for name in wrt:  # a tangent of its primal's dtype: jvp refuses integer primals itself
+                b.fresh(f"tangent_{name}", shapes[name], dtypes_of[name], grad_ok=False)
+        # No special values (inf, nan, huge): no tolerance for gradients and tangents holds there.
+        b.buffers = [Buffer(buf.dtype, buf.numel, buf.on_cpu, False) for buf in b.buffers]
+    elif not any(d is not None for _, d in in_dims):
+        b.fresh("batched", (batch,), torch.float32, grad_ok=False)
+        in_dims.append(("batched", 0))
+        b.notes.append("only an unused argument batched")
+    if transform == VMAP:
+        b.notes.append(f"batch size {batch}")
+    case = b.case(overload_name, shape)
+    return Transformed(transform, case, wrt=wrt, in_dims=tuple(in_dims), clone_self=clone_self)
+
+
+# ---------------------------------------------------------------------------------------------
+# The campaigns
+# ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def vmap_fallback(enabled):
+    # Off, ours must batch through its C++ rules: functorch's per-example loop would hide a missing one.
+    before = torch._C._functorch._is_vmap_fallback_enabled()
+    torch._C._functorch._set_vmap_fallback_enabled(enabled)
+    try:
+        yield
+    finally:
+        torch._C._functorch._set_vmap_fallback_enabled(before)
+
+
+def _campaign(transform, overload_name):
+    examples, _ = CAMPAIGNS[(transform, overload_name)]
+
+    @_settings(examples)
+    @given(data=st.data())
+    def run(device, data):
+        t = data.draw(transformed(transform, overload_name, device), label="case")
+        note(oracle.repro_transform(t, device))
+        outcome = oracle.judge_transform(t, device)
+        oracle.OUTCOMES[(device, key(transform, overload_name))][outcome] += 1
+
+    return run
+
+
+@pytest.mark.parametrize("transform,overload_name", list(CAMPAIGNS), ids=[key(*k) for k in CAMPAIGNS])
+def test_transform_agrees_with_composite(device, transform, overload_name):
+    with vmap_fallback((transform, overload_name) in FALLBACK_NEEDED):
+        _campaign(transform, overload_name)(device)
+    oracle.FINISHED.add((device, key(transform, overload_name)))
+
+
+def test_transform_campaigns_ran_enough_examples(device):
+    keys = [key(*k) for k in CAMPAIGNS]
+    if not all((device, k) in oracle.FINISHED for k in keys):
+        pytest.skip("runs after every test_transform_agrees_with_composite on this device")
+    counts = {k: sum(oracle.OUTCOMES[(device, k)].values()) for k in keys}
+    assert sum(counts.values()) >= MIN_EXAMPLES_PER_DEVICE, counts
+    for (transform, overload_name), (_, reachable) in CAMPAIGNS.items():
+        outcomes = oracle.OUTCOMES[(device, key(transform, overload_name))]
+        reached = {o.split(" (")[0] for o in outcomes}
+        assert reachable <= reached, (transform, overload_name, dict(outcomes))
+
+
+# ---------------------------------------------------------------------------------------------
+# Known library bugs
+# ---------------------------------------------------------------------------------------------
+
+SCALAR_HAS_NO_BATCHING_RULE = (
+    "library bug: weighted_sum.Scalar has no vmap batching rule (its CompositeImplicitAutograd kernel "
+    "is not reached under vmap: the FuncTorchBatched key comes first), so vmap runs functorch's "
+    "per-example fallback, which raises 'Batching rule not implemented for custom::weighted_sum.Scalar' "
+    "for an empty batch, where `2.5 * x.square()` computes, and for every batch with the fallback off")
+
+
+def _scalar_vmap(batch):
+    case = oracle.Case("weighted_sum.Scalar", (Buffer(torch.float32, 3 * batch),),
+                       (("input", View(0, (batch, 3), (3, 1), 0)), ("weight", 2.5)), 0, (3,))
+    return Transformed(VMAP, case, in_dims=(("input", 0),))
+
+
+@pytest.mark.xfail(strict=True, reason=SCALAR_HAS_NO_BATCHING_RULE)
+def test_vmap_of_scalar_overload_over_an_empty_batch(device):
+    assert oracle.judge_transform(_scalar_vmap(0), device) == oracle.COMPUTED
+
+
+@pytest.mark.xfail(strict=True, reason=SCALAR_HAS_NO_BATCHING_RULE)
+def test_vmap_of_scalar_overload_without_the_per_example_fallback(device):
+    with vmap_fallback(False):
+        assert oracle.judge_transform(_scalar_vmap(2), device) == oracle.COMPUTED
+
+
+# ---------------------------------------------------------------------------------------------
+# The printed reproducer is the call that was judged
+# ---------------------------------------------------------------------------------------------
+
+
+def _results_equal(a, b):
+    if isinstance(a, tuple):
+        return isinstance(b, tuple) and len(a) == len(b) and all(_results_equal(x, y) for x, y in zip(a, b))
+    return a.dtype == b.dtype and a.shape == b.shape and oracle._nan_equal(a, b)
+
+
+@pytest.mark.parametrize("transform", [GRAD, JVP, VMAP])
+@pytest.mark.parametrize("overload_name", ["weighted_sum", "weighted_sum.out", "weighted_sum_", "weighted_sum.Scalar"])
+def test_repro_runs_the_judged_call(transform, overload_name):
+    @_settings(8)
+    @given(data=st.data())
+    def run(data):
+        t = data.draw(transformed(transform, overload_name, "cpu"))
+        args, _ = oracle.build(t.case, "cpu")
+        ours, error = oracle._call(lambda: oracle._run(t, oracle.OURS, args))
+        scope = {}
+        source = oracle.repro_transform(t, "cpu")
+        if error is not None:
+            with pytest.raises(type(error)) as raised:
+                exec(source, scope)
+            assert str(raised.value) == str(error), source
+        else:
+            exec(source, scope)
+            assert _results_equal(scope["result"], ours), source
+
+    with vmap_fallback((transform, overload_name) in FALLBACK_NEEDED):
+        run()
+
+
+# ---------------------------------------------------------------------------------------------
+# The oracle itself: planted transform bugs must fail it
+# ---------------------------------------------------------------------------------------------
+
+
+def _planted(monkeypatch, overload_name, call):
+    op, overload = oracle.OVERLOADS[overload_name]
+    monkeypatch.setitem(oracle.OVERLOADS, overload_name, (op, oracle.Overload(
+        overload.name, overload.kind, call, overload.inferred_strides, overload.examples)))
+
+
+def _case(transform, overload_name, args, **fields):
+    """A Transformed call on contiguous tensors: args are (name, shape, dtype)."""
+    buffers = tuple(Buffer(dtype, math.prod(shape)) for _, shape, dtype in args)
+    views = tuple((name, View(i, shape, torch.empty(shape).stride(), 0)) for i, (name, shape, _) in enumerate(args))
+    return Transformed(transform, oracle.Case(overload_name, buffers, views, 0, (3, 4)), **fields)
+
+
+F64 = torch.float64
+
+
+def test_oracle_fails_a_tangent_that_drops_the_weight_term(monkeypatch):
+    # Forward AD that ignores the weight's tangent: right values, wrong tangent.
+    _planted(monkeypatch, "weighted_sum", lambda a: oracle.OPS.weighted_sum(a["input"], a["weight"].detach()))
+    t = _case(JVP, "weighted_sum", [("input", (3, 4), F64), ("weight", (4,), F64), ("tangent_input", (3, 4), F64),
+                                    ("tangent_weight", (4,), F64)], wrt=("input", "weight"))
+    with pytest.raises(oracle.OracleFailure, match="jvp tangent: .* further than") as failure:
+        oracle.judge_transform(t, "cpu")
+    assert "result = torch.func.jvp(f, (input, weight, ), (tangent_input, tangent_weight, ))" in str(failure.value)
+
+
+def test_oracle_fails_a_weight_gradient_counted_twice(monkeypatch):
+    # Autograd that doubles the weight's gradient: right values, wrong gradient.
+    _planted(monkeypatch, "weighted_sum",
+             lambda a: oracle.OPS.weighted_sum(a["input"], 2 * a["weight"] - a["weight"].detach()))
+    t = _case(GRAD, "weighted_sum", [("input", (3, 4), F64), ("weight", (4,), F64), ("cotangent", (3, 4), F64)],
+              wrt=("input", "weight"))
+    with pytest.raises(oracle.OracleFailure, match="grad w.r.t. weight: .* further than"):
+        oracle.judge_transform(t, "cpu")
+
+
+def test_oracle_fails_an_out_that_computes_under_vmap_where_aten_raises(monkeypatch):
+    # An out= batching rule that writes the batched result where torch.mul(out=) refuses to.
+    _planted(monkeypatch, "weighted_sum.out",
+             lambda a: a["out"].copy_(oracle.OPS.weighted_sum(a["input"], a["weight"])))
+    t = _case(VMAP, "weighted_sum.out", [("input", (3, 4), F64), ("weight", (4,), F64), ("out", (3, 4), F64)],
+              in_dims=(("input", 0), ("weight", None), ("out", 0)))
+    with pytest.raises(oracle.OracleFailure, match="ours computed where the composite raised"):
+        oracle.judge_transform(t, "cpu")
+
+
+def test_oracle_fails_a_batched_result_promoted_by_physical_rank(monkeypatch):
+    # float32 [4] per example times a per-example 0-dim float64 weight is float32, as with a scalar;
+    # a rule that promotes the physical tensors ([3, 4] and [3]) gives float64.
+    _planted(monkeypatch, "weighted_sum", lambda a: a["weight"].unsqueeze(-1) * a["input"].double().square())
+    t = _case(VMAP, "weighted_sum", [("input", (3, 4), torch.float32), ("weight", (3,), F64)],
+              in_dims=(("input", 0), ("weight", 0)))
+    with pytest.raises(oracle.OracleFailure, match="result dtype/shape: ours torch.float64"):
+        oracle.judge_transform(t, "cpu")
+
+
+def _empty_batch_of_zero_dim_examples():
+    return _case(VMAP, "weighted_sum", [("input", (0,), torch.float32), ("weight", (), torch.float32)],
+                 in_dims=(("input", 0), ("weight", None)))
+
+
+def test_empty_batch_where_functorch_crashes_is_aten_undefined():
+    # `vmap(lambda x: w * x.square())(torch.empty(0))` raises IndexError in ATen's batching rule (a
+    # functorch bug): ours may compute. Once torch computes it, this is `computed`: drop
+    # oracle._empty_batch_crash then.
+    assert oracle.judge_transform(_empty_batch_of_zero_dim_examples(), "cpu") == oracle.UNDEFINED
+
+
+def test_oracle_fails_an_empty_batch_of_the_wrong_dtype_where_functorch_crashes(monkeypatch):
+    _planted(monkeypatch, "weighted_sum", lambda a: oracle.OPS.weighted_sum(a["input"].double(), a["weight"]))
+    with pytest.raises(oracle.OracleFailure, match=r"empty batch: ours torch.float64 \(0,\), ATen per example "
+                                                   r"torch.float32 \(\)"):
+        oracle.judge_transform(_empty_batch_of_zero_dim_examples(), "cpu")
