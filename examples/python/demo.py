@@ -8,6 +8,7 @@ or build/libcustom_ops.so). --cpp-app: the program of examples/cpp; the demo the
 TorchScript file and an AOTInductor package with export_models.py and runs the program on them.
 Exits non-zero when any result differs from the reference weight * input**2.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -11,6 +11,7 @@ torch already installed, without pip's build isolation:
 
     pip install --no-build-isolation .
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -33,8 +34,13 @@ TORCH_VERSION: str = _build_info.TORCH_VERSION
 WITH_CUDA: bool = _build_info.WITH_CUDA
 
 __all__ = [
-    "TORCH_VERSION", "WITH_CUDA", "__version__", "inductor_decomposition_enabled", "library_path",
-    "set_inductor_decomposition", "weighted_sum",
+    "TORCH_VERSION",
+    "WITH_CUDA",
+    "__version__",
+    "inductor_decomposition_enabled",
+    "library_path",
+    "set_inductor_decomposition",
+    "weighted_sum",
 ]
 
 _LIBRARY = pathlib.Path(__file__).resolve().with_name("libcustom_ops.so")

@@ -13,6 +13,7 @@ once when it already is). The state and the library version are appended to
 ``torch.compiler.config.cache_key_tag``: Inductor's and AOTAutograd's on-disk caches do not hash the
 decomposition table, and must not serve code compiled under the other state or another version.
 """
+
 from __future__ import annotations
 
 import importlib.abc
@@ -33,6 +34,7 @@ _tag_segment = ""  # what this module last appended to cache_key_tag
 
 
 # --- the math, in the C++ kernels' order ---------------------------------------------------------
+
 
 def _opmath(dtype: torch.dtype) -> torch.dtype:
     """The dtype the kernels compute in (at::opmath_type): float32 for the half types."""
@@ -124,6 +126,7 @@ def _table():
 
 
 # --- registration ----------------------------------------------------------------------------
+
 
 def _apply() -> None:
     """Writes or removes the table entries to match the state; needs Inductor's module imported."""

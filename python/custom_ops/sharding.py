@@ -46,6 +46,7 @@ Usage::
     from custom_ops import sharding             # or this file, imported by path
     sharding.register()
 """
+
 from __future__ import annotations
 
 import threading

@@ -5,6 +5,7 @@ requires that release series (``torch==2.15.*`` when built under torch 2.15.x), 
 does, and pip will not install it under another one. Runs in the build's Python, which has torch
 (``pip install --no-build-isolation .``).
 """
+
 from __future__ import annotations
 
 import re
