@@ -139,7 +139,8 @@ def main():
     torch.set_num_threads(args.threads)
     rows = []
     print(
-        f"torch {torch.__version__}, {args.threads} thread(s), B={args.batch}, D={args.features}, library {args.library}"
+        f"torch {torch.__version__}, {args.threads} thread(s), B={args.batch}, D={args.features},",
+        f"library {args.library}",
     )
     print(f"{'workload':24s} {'ours (us)':>12s} {'composite (us)':>15s} {'ours/composite':>15s}")
     for name, make in workloads(args.batch, args.features).items():

@@ -40,7 +40,8 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Optional, Sequence
+from collections.abc import Sequence
+from typing import Callable
 
 import torch
 import torch._dynamo
@@ -85,7 +86,7 @@ LABELS = {
 # Command line
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="benchmark the CPU instead of the GPU")
     parser.add_argument("--min-log2", type=int, default=10, help="smallest size, as log2 of the element count")
@@ -194,7 +195,7 @@ def _thread_counts(parser, text):
 # Environment: the library, the device and where the results go
 
 
-def load_library(path: Optional[pathlib.Path]) -> pathlib.Path:
+def load_library(path: pathlib.Path | None) -> pathlib.Path:
     """Loads libcustom_ops.so: --library, else $CUSTOM_OPS_LIBRARY, else build/ of this checkout."""
     path = path or pathlib.Path(os.environ.get("CUSTOM_OPS_LIBRARY", REPO / "build" / "libcustom_ops.so"))
     if not path.is_file():
@@ -235,7 +236,7 @@ def device_name(device: torch.device) -> str:
     return platform.processor() or "cpu"
 
 
-def git_commit(given: Optional[str]) -> dict:
+def git_commit(given: str | None) -> dict:
     """HEAD and whether tracked files differ from it; None where this is no git checkout. A commit
     given on the command line wins: a tree copied to the GPU machine has no .git."""
     if given:
@@ -264,7 +265,7 @@ class Case:
     layout: str
     dtype: str
     log2n: int
-    threads: Optional[int]  # CPU thread count, None on the GPU
+    threads: int | None  # CPU thread count, None on the GPU
 
     @property
     def n(self) -> int:
@@ -282,7 +283,7 @@ def matrix_shape(log2n: int) -> tuple[int, int]:
     return (1 << log2n) // c, c
 
 
-def per_channel_shapes(layout: str, log2n: int) -> Optional[tuple[tuple, tuple]]:
+def per_channel_shapes(layout: str, log2n: int) -> tuple[tuple, tuple] | None:
     """(x shape, w shape) of a per-channel layout at 2^log2n elements; None where n < 2C (a
     size-1 dimension, which torch.compile would specialize) or for the other layouts."""
     if layout not in PER_CHANNEL_LAYOUTS:
@@ -308,7 +309,7 @@ def make_inputs(case: Case, device: torch.device):
     transposed: x = randn(C, N).t() (strides (1, N)), w [N, C] contiguous, y [N, C].
     """
     dtype = DTYPES[case.dtype]
-    make = dict(dtype=dtype, device=device)
+    make = {"dtype": dtype, "device": device}
     rows, cols = matrix_shape(case.log2n)
     per_channel = per_channel_shapes(case.layout, case.log2n)
     if per_channel is not None:
@@ -688,7 +689,7 @@ def host_overhead(args, device) -> list[dict]:
         samples = {name: [] for name in fns}
         gc.disable()
         try:
-            for name, fn in fns.items():
+            for fn in fns.values():
                 host_time_us(fn, device, calls)  # warm-up
             for _ in range(batches):
                 for name, fn in fns.items():
@@ -770,7 +771,7 @@ def print_host_rows(rows):
 @dataclasses.dataclass(frozen=True)
 class Target:
     text: str
-    device: Optional[str]  # "cuda", "cpu", or None for both
+    device: str | None  # "cuda", "cpu", or None for both
     kind: str
     variant: str
     metric: str  # a ratio column of the rows
@@ -969,7 +970,7 @@ def _meets(target: Target, value: float) -> bool:
     return value < target.bound if target.strict else value <= target.bound
 
 
-def _target_rows(target: Target, rows: list[dict], all_threads: Optional[int], any_size=False) -> list[dict]:
+def _target_rows(target: Target, rows: list[dict], all_threads: int | None, any_size=False) -> list[dict]:
     return [
         row
         for row in rows
@@ -982,14 +983,14 @@ def _target_rows(target: Target, rows: list[dict], all_threads: Optional[int], a
     ]
 
 
-def _holds_from(target: Target, rows: list[dict]) -> Optional[int]:
+def _holds_from(target: Target, rows: list[dict]) -> int | None:
     """The smallest measured log2n from which the target holds at every larger size too."""
     failing = [row["log2n"] for row in rows if not _meets(target, row[target.metric])]
     sizes = [row["log2n"] for row in rows if not failing or row["log2n"] > max(failing)]
     return min(sizes, default=None)
 
 
-def evaluate(target: Target, rows: list[dict], device: str, all_threads: Optional[int]) -> Optional[dict]:
+def evaluate(target: Target, rows: list[dict], device: str, all_threads: int | None) -> dict | None:
     """The worst ratio over the target's rows and whether it meets the bound; None if the target
     is for the other device."""
     if target.device not in (None, device):
@@ -1055,7 +1056,7 @@ def metadata(args, device, library, timing) -> dict:
     }
 
 
-def load_average() -> Optional[float]:
+def load_average() -> float | None:
     """1-minute load average: other work on the machine skews CPU timings and host overheads."""
     try:
         return round(os.getloadavg()[0], 2)

@@ -17,8 +17,8 @@ import pathlib
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on the benchmark machines
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FORWARD = ("copy", "add_out", "eager", "compile", "ours", "ours_out")

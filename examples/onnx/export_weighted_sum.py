@@ -14,7 +14,7 @@ import onnxruntime
 import torch
 
 import custom_ops
-import custom_ops.onnx  # noqa: F401  (registers the translation)
+import custom_ops.onnx  # registers the translation
 
 
 class ScaledSquare(torch.nn.Module):

@@ -23,7 +23,7 @@ def load_custom_ops(library: str | os.PathLike | None = None) -> str:
         library = os.environ.get("CUSTOM_OPS_LIBRARY")
     if library is None:
         try:
-            import custom_ops  # noqa: PLC0415 - the package loads its own copy on import
+            import custom_ops  # the package loads its own copy on import
         except ImportError:
             library = REPO / "build" / "libcustom_ops.so"
         else:

@@ -154,7 +154,7 @@ def _update_cache_key_tag() -> None:
         current = compiler_config.cache_key_tag or ""
         parts = [part for part in current.split("|") if part and part != _tag_segment]
         _tag_segment = f"custom_ops-{_version}-inductor-decomposition-{'on' if _enabled else 'off'}"
-        compiler_config.cache_key_tag = "|".join(parts + [_tag_segment])
+        compiler_config.cache_key_tag = "|".join([*parts, _tag_segment])
 
 
 class _RegisterAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):

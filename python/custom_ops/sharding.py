@@ -174,9 +174,12 @@ def _partial_ops_of(spec):
 
     ops = []
     for placement in spec.placements:
-        if isinstance(placement, Partial) and placement.reduce_op in _linear_reduce_ops():
-            if placement.reduce_op not in ops:
-                ops.append(placement.reduce_op)
+        if (
+            isinstance(placement, Partial)
+            and placement.reduce_op in _linear_reduce_ops()
+            and placement.reduce_op not in ops
+        ):
+            ops.append(placement.reduce_op)
     return ops
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 
-def dynamic_metadata(field, settings=None, project=None):  # noqa: ARG001 (the provider protocol)
+def dynamic_metadata(field, settings=None, project=None):  # unused arguments: the provider protocol
     if field != "dependencies":
         raise RuntimeError(f"torch_requirement provides 'dependencies', not {field!r}")
     import torch
