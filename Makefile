@@ -1,6 +1,8 @@
 # The two commands of the README:
 #   make demo   set up, build, install to ./install, show the op from Python and from C++
 #   make test   set up, build, install, run every C++ (ctest) and Python (pytest) test
+#   make format reformat our C++/CUDA (clang-format) and Python (ruff), apply ruff's safe fixes
+#   make lint   check formatting, ruff's rules and clang-tidy's (the tools: requirements-lint.txt)
 # Set-up (scripts/setup-env.sh) uses python3 when its torch is in the supported range, else makes
 # .venv with the newest; TORCH=X.Y.Z builds and tests against that release instead (own build dirs).
 SHELL := /bin/bash
@@ -15,7 +17,17 @@ CMAKE_ARGS ?=
 PYTEST_ARGS ?=
 PYTHON = $(shell cat $(BUILD)/python-path)
 
-.PHONY: demo test install sanitize clean
+# The lint and format tools, pinned, in their own venv (scripts/setup-lint.sh).
+LINT_BIN = .venv-lint/bin
+# Every C++/CUDA file of ours (clang-format); the library's C++ translation units (clang-tidy). Not
+# the .cu files for clang-tidy: their compile commands are nvcc's, whose flags clang does not take,
+# and parsing CUDA needs a toolkit clang supports; the headers they share are checked via the .cpp.
+CXX_FILES = $(shell find ops kernels autograd batching tests/cpp bench/cpp examples/cpp \
+  -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh')
+TIDY_FILES = $(shell find ops kernels/cpu autograd batching -name '*.cpp')
+PY_DIRS = python bench examples scripts tests
+
+.PHONY: demo test install sanitize clean format lint lint-tools lint-format lint-python lint-tidy
 
 install:
 	@mkdir -p $(BUILD)
@@ -40,6 +52,33 @@ sanitize: install
 	    -DCUSTOM_OPS_SCRIPTING_LIBRARY=$(PREFIX)/lib/libcustom_ops.so"
 	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(BUILD)-sanitize --output-on-failure
+
+# The tools, then a check that the pre-commit hooks (.pre-commit-config.yaml) pin the same ones.
+lint-tools:
+	scripts/setup-lint.sh
+	for pin in $$(grep -E '^(clang-format|ruff)==' requirements-lint.txt); do \
+	  grep -q -- "$$pin" .pre-commit-config.yaml || { echo "lint: .pre-commit-config.yaml lacks $$pin" >&2; exit 1; }; \
+	done
+
+format: lint-tools
+	$(LINT_BIN)/clang-format -i $(CXX_FILES)
+	$(LINT_BIN)/ruff check --fix --exit-zero $(PY_DIRS)
+	$(LINT_BIN)/ruff format $(PY_DIRS)
+
+# Three parts, each a target of its own (make -k lint reports all three; lint-tidy takes minutes).
+lint: lint-format lint-python lint-tidy
+
+lint-format: lint-tools
+	$(LINT_BIN)/clang-format --dry-run -Werror $(CXX_FILES)
+
+lint-python: lint-tools
+	$(LINT_BIN)/ruff check $(PY_DIRS)
+	$(LINT_BIN)/ruff format --check $(PY_DIRS)
+
+# clang-tidy reads how each file is compiled from $(BUILD)/compile_commands.json, which install
+# configures (CMAKE_EXPORT_COMPILE_COMMANDS); one process per file, $(JOBS) at a time.
+lint-tidy: install lint-tools
+	printf '%s\n' $(TIDY_FILES) | xargs -P $(JOBS) -n 1 $(LINT_BIN)/clang-tidy -p $(BUILD) --quiet
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-sanitize $(PREFIX)

@@ -13,6 +13,7 @@ Variants per dtype and size (contiguous [n], w [n]):
 Prints medians (us) and ratios; writes JSON to bench/results/. The op comes from the installed
 custom_ops package, or from --library plus python/custom_ops/_inductor.py of this checkout.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,8 +88,10 @@ def gpu_time(fn, args) -> float:
     estimate = max(start.elapsed_time(end), 1e-3)
     for _ in range(max(1, int(args.warmup_ms / estimate))):
         fn()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(max(5, int(args.rep_ms / estimate)))]
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(max(5, int(args.rep_ms / estimate)))
+    ]
     for s, e in events:
         flush.zero_()
         s.record()
@@ -141,19 +144,38 @@ def main(argv=None):
                 "op_compiled / op_eager": times["op_compiled"] / times["op_eager"],
             }
             rows.append({"dtype": dtype_name, "log2_n": log2, "n": n, "median_us": times, "ratios": ratios})
-            print(f"{dtype_name:8s} 2^{log2:<2d} " + "  ".join(f"{k} {v:9.1f}us" for k, v in times.items())
-                  + "  |  " + "  ".join(f"{k} {v:.3f}" for k, v in ratios.items()), flush=True)
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "unknown"
+            print(
+                f"{dtype_name:8s} 2^{log2:<2d} "
+                + "  ".join(f"{k} {v:9.1f}us" for k, v in times.items())
+                + "  |  "
+                + "  ".join(f"{k} {v:.3f}" for k, v in ratios.items()),
+                flush=True,
+            )
+    commit = (
+        subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or "unknown"
+    )
     label = "cpu" if args.cpu else torch.cuda.get_device_name().split()[-1].lower()
     output = args.output or REPO / "bench" / "results" / f"{datetime.date.today()}-fusion-{label}-{commit}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({
-        "benchmark": "fusion", "device": torch.cuda.get_device_name() if not args.cpu else platform.processor(),
-        "torch": torch.__version__, "commit": commit, "library": library,
-        "timer": "CUDA events, median, L2 flushed" if not args.cpu else "torch.utils.benchmark blocked_autorange",
-        "rows": rows,
-    }, indent=1))
+    output.write_text(
+        json.dumps(
+            {
+                "benchmark": "fusion",
+                "device": torch.cuda.get_device_name() if not args.cpu else platform.processor(),
+                "torch": torch.__version__,
+                "commit": commit,
+                "library": library,
+                "timer": "CUDA events, median, L2 flushed"
+                if not args.cpu
+                else "torch.utils.benchmark blocked_autorange",
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {output}")
 
 

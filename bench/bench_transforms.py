@@ -14,6 +14,7 @@ alternating blocks, the ratio the median of the blocks' ratios):
 A transform the library does not support is reported as such (with its error), not timed.
 `--json` writes bench/results/<date>-cpu-transforms-<label>.json.
 """
+
 import argparse
 import datetime
 import json
@@ -118,20 +119,29 @@ def git_commit():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--library", default=os.environ.get("CUSTOM_OPS_LIBRARY", str(REPO / "build" / "libcustom_ops.so")))
+    parser.add_argument(
+        "--library", default=os.environ.get("CUSTOM_OPS_LIBRARY", str(REPO / "build" / "libcustom_ops.so"))
+    )
     parser.add_argument("--label", default="", help="names the library in the results (e.g. main, a branch)")
-    parser.add_argument("--commit", default=None, help="the commit the library was built from (default: this checkout's HEAD)")
+    parser.add_argument(
+        "--commit", default=None, help="the commit the library was built from (default: this checkout's HEAD)"
+    )
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--features", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1: steadiest on a shared VM)")
-    parser.add_argument("--json", nargs="?", const="", default=None, help="write results JSON (default path under bench/results)")
+    parser.add_argument(
+        "--json", nargs="?", const="", default=None, help="write results JSON (default path under bench/results)"
+    )
     args = parser.parse_args()
 
     torch.ops.load_library(args.library)
     torch.set_num_threads(args.threads)
     rows = []
-    print(f"torch {torch.__version__}, {args.threads} thread(s), B={args.batch}, D={args.features}, library {args.library}")
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s), B={args.batch}, D={args.features},",
+        f"library {args.library}",
+    )
     print(f"{'workload':24s} {'ours (us)':>12s} {'composite (us)':>15s} {'ours/composite':>15s}")
     for name, make in workloads(args.batch, args.features).items():
         try:
@@ -140,30 +150,47 @@ def main():
         except Exception as exc:  # an unsupported transform: reported, not timed
             ours_s, ratio, error = None, None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
             composite_s = compare(make(composite), make(composite), args.repeats)[0]
-        rows.append({"workload": name, "ours_us": ours_s and ours_s * 1e6, "composite_us": composite_s * 1e6,
-                     "ratio": ratio, "error": error})
+        rows.append(
+            {
+                "workload": name,
+                "ours_us": ours_s and ours_s * 1e6,
+                "composite_us": composite_s * 1e6,
+                "ratio": ratio,
+                "error": error,
+            }
+        )
         ours_text = f"{ours_s * 1e6:12.1f}" if ours_s is not None else f"{'raises':>12s}"
         ratio_text = f"{ratio:15.2f}" if ratio is not None else f"{'-':>15s}"
         print(f"{name:24s} {ours_text} {composite_s * 1e6:15.1f} {ratio_text}" + (f"  ({error})" if error else ""))
 
     if args.json is not None:
         date = datetime.date.today().isoformat()
-        path = pathlib.Path(args.json) if args.json else REPO / "bench" / "results" / f"{date}-cpu-transforms-{args.label or 'run'}.json"
+        path = (
+            pathlib.Path(args.json)
+            if args.json
+            else REPO / "bench" / "results" / f"{date}-cpu-transforms-{args.label or 'run'}.json"
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({
-            "benchmark": "bench_transforms.py",
-            "date": date,
-            "label": args.label,
-            "commit": args.commit or git_commit(),
-            "torch": torch.__version__,
-            "machine": platform.machine(),
-            "processor": platform.processor(),
-            "threads": args.threads,
-            "batch": args.batch,
-            "features": args.features,
-            "repeats": args.repeats,
-            "rows": rows,
-        }, indent=2) + "\n")
+        path.write_text(
+            json.dumps(
+                {
+                    "benchmark": "bench_transforms.py",
+                    "date": date,
+                    "label": args.label,
+                    "commit": args.commit or git_commit(),
+                    "torch": torch.__version__,
+                    "machine": platform.machine(),
+                    "processor": platform.processor(),
+                    "threads": args.threads,
+                    "batch": args.batch,
+                    "features": args.features,
+                    "repeats": args.repeats,
+                    "rows": rows,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         print(f"wrote {path}")
 
 

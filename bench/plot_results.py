@@ -7,6 +7,7 @@ drawn at the default (all) thread count. Usage:
 
     python bench/plot_results.py bench/results/2026-01-01-h200.json [-o docs/bandwidth-h200.png]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,8 @@ import pathlib
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on the benchmark machines
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FORWARD = ("copy", "add_out", "eager", "compile", "ours", "ours_out")
@@ -41,10 +42,17 @@ LABELS = {
 STYLE = {"copy": ":", "add_out": "--", "ours_fwd_bwd_graph": "-.", "eager_fwd_bwd_graph": "-."}
 # One colour per implementation, the same in the forward and the forward+backward panels.
 COLORS = {
-    "copy": "tab:gray", "add_out": "tab:blue", "eager": "tab:green", "compile": "tab:orange",
-    "ours": "tab:red", "ours_out": "tab:purple",
-    "ours_fwd_bwd": "tab:red", "eager_fwd_bwd": "tab:green", "compile_fwd_bwd": "tab:orange",
-    "ours_fwd_bwd_graph": "tab:red", "eager_fwd_bwd_graph": "tab:green"
+    "copy": "tab:gray",
+    "add_out": "tab:blue",
+    "eager": "tab:green",
+    "compile": "tab:orange",
+    "ours": "tab:red",
+    "ours_out": "tab:purple",
+    "ours_fwd_bwd": "tab:red",
+    "eager_fwd_bwd": "tab:green",
+    "compile_fwd_bwd": "tab:orange",
+    "ours_fwd_bwd_graph": "tab:red",
+    "eager_fwd_bwd_graph": "tab:green",
 }
 
 
@@ -52,16 +60,22 @@ def series(rows, kind, variant, dtype, layout, threads):
     points = sorted(
         (row["log2n"], row["gbps"])
         for row in rows
-        if row["kind"] == kind and row["variant"] == variant and row["dtype"] == dtype
-        and row["layout"] == layout and row.get("threads") == threads
+        if row["kind"] == kind
+        and row["variant"] == variant
+        and row["dtype"] == dtype
+        and row["layout"] == layout
+        and row.get("threads") == threads
     )
     return [p[0] for p in points], [p[1] for p in points]
 
 
 def panels(rows):
     """(title, kind, layout, variants) of each row of subplots that has data."""
-    layouts = [layout for layout in ("contiguous", "broadcast", "transposed")
-               if any(row["kind"] == "forward" and row["layout"] == layout for row in rows)]
+    layouts = [
+        layout
+        for layout in ("contiguous", "broadcast", "transposed")
+        if any(row["kind"] == "forward" and row["layout"] == layout for row in rows)
+    ]
     found = [(f"forward, {layout}", "forward", layout, FORWARD) for layout in layouts]
     for layout in ("contiguous", "broadcast", "transposed"):
         if any(row["kind"] == "fwd_bwd" and row["layout"] == layout for row in rows):
@@ -75,16 +89,16 @@ def plot(results: dict, path: pathlib.Path) -> pathlib.Path:
     # CPU: the largest thread count measured, normally the default "all"; None on the GPU.
     threads = max((row["threads"] for row in rows if row.get("threads")), default=None)
     grid = panels(rows)
-    fig, axes = plt.subplots(len(grid), len(dtypes), figsize=(5.5 * len(dtypes), 3.8 * len(grid)),
-                             squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        len(grid), len(dtypes), figsize=(5.5 * len(dtypes), 3.8 * len(grid)), squeeze=False, sharex=True
+    )
     for r, (title, kind, layout, variants) in enumerate(grid):
         for c, dtype in enumerate(dtypes):
             ax = axes[r][c]
             for variant in variants:
                 x, y = series(rows, kind, variant, dtype, layout, threads)
                 if x:
-                    ax.plot(x, y, STYLE.get(variant, "-"), color=COLORS[variant], marker=".",
-                            label=LABELS[variant])
+                    ax.plot(x, y, STYLE.get(variant, "-"), color=COLORS[variant], marker=".", label=LABELS[variant])
             if kind == "fwd_bwd":  # the floor runs at copy_'s bandwidth
                 x, y = series(rows, "forward", "copy", dtype, layout, threads)
                 ax.plot(x, y, ":", color=COLORS["copy"], label="floor (copy_ GB/s)")
@@ -97,8 +111,10 @@ def plot(results: dict, path: pathlib.Path) -> pathlib.Path:
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
     thread_note = f", {threads} threads" if threads else ""
-    fig.suptitle(f"custom::weighted_sum on {results['device_name']}{thread_note}: torch {results['torch']}, "
-                 f"commit {(results.get('git_commit') or 'unknown')[:12]}, {results['date']}")
+    fig.suptitle(
+        f"custom::weighted_sum on {results['device_name']}{thread_note}: torch {results['torch']}, "
+        f"commit {(results.get('git_commit') or 'unknown')[:12]}, {results['date']}"
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

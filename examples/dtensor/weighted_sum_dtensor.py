@@ -12,6 +12,7 @@ a few placements of input (batch, features) and weight (features,) the output's 
 gradients' placements and the collectives that ran, and every rank checks the values against
 the same computation on full tensors.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -6,6 +6,7 @@
 `import custom_ops.onnx` registers the op's translation (standard ONNX Cast and Mul), so
 torch.onnx.export needs no extra argument; the batch dimension stays dynamic.
 """
+
 import sys
 
 import numpy as np
@@ -13,7 +14,7 @@ import onnxruntime
 import torch
 
 import custom_ops
-import custom_ops.onnx  # noqa: F401  (registers the translation)
+import custom_ops.onnx  # registers the translation
 
 
 class ScaledSquare(torch.nn.Module):
@@ -29,8 +30,7 @@ class ScaledSquare(torch.nn.Module):
 def main(path: str = "weighted_sum.onnx") -> None:
     model = ScaledSquare(8).eval()
     example = torch.randn(4, 8)
-    torch.onnx.export(model, (example,), path, dynamo=True,
-                      dynamic_shapes=({0: torch.export.Dim("batch")},))
+    torch.onnx.export(model, (example,), path, dynamo=True, dynamic_shapes=({0: torch.export.Dim("batch")},))
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
     for batch in (1, 3, 16):

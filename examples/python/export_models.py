@@ -16,6 +16,7 @@ The library must be loaded in every process that loads these files: Python calle
 torch.ops.load_library (or `import custom_ops`) before torch.jit.load or aoti_load_package; C++
 callers link CustomOps::custom_ops.
 """
+
 from __future__ import annotations
 
 import argparse

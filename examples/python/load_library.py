@@ -6,6 +6,7 @@ The first of these that exists wins:
   3. the installed Python package `custom_ops` (pip install --no-build-isolation .),
   4. build/libcustom_ops.so in this checkout.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,7 @@ def load_custom_ops(library: str | os.PathLike | None = None) -> str:
         library = os.environ.get("CUSTOM_OPS_LIBRARY")
     if library is None:
         try:
-            import custom_ops  # noqa: PLC0415 - the package loads its own copy on import
+            import custom_ops  # the package loads its own copy on import
         except ImportError:
             library = REPO / "build" / "libcustom_ops.so"
         else:
@@ -40,6 +41,4 @@ def load_custom_ops(library: str | os.PathLike | None = None) -> str:
 
 def cuda_usable() -> bool:
     """A GPU is visible and the loaded library has CUDA kernels."""
-    return torch.cuda.is_available() and torch._C._dispatch_has_kernel_for_dispatch_key(
-        "custom::weighted_sum", "CUDA"
-    )
+    return torch.cuda.is_available() and torch._C._dispatch_has_kernel_for_dispatch_key("custom::weighted_sum", "CUDA")

@@ -13,6 +13,7 @@ is), through _post_import.when_imported. The state and the library version are a
 ``torch.compiler.config.cache_key_tag``: Inductor's and AOTAutograd's on-disk caches do not hash the
 decomposition table, and must not serve code compiled under the other state or another version.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,6 +34,7 @@ _tag_segment = ""  # what this module last appended to cache_key_tag
 
 
 # --- the math, in the C++ kernels' order ---------------------------------------------------------
+
 
 def _opmath(dtype: torch.dtype) -> torch.dtype:
     """The dtype the kernels compute in (at::opmath_type): float32 for the half types."""
@@ -125,6 +127,7 @@ def _table():
 
 # --- registration ----------------------------------------------------------------------------
 
+
 def _apply() -> None:
     """Writes or removes the table entries to match the state; needs Inductor's module imported."""
     module = sys.modules.get(_DECOMPOSITION_MODULE)
@@ -151,7 +154,7 @@ def _update_cache_key_tag() -> None:
         current = compiler_config.cache_key_tag or ""
         parts = [part for part in current.split("|") if part and part != _tag_segment]
         _tag_segment = f"custom_ops-{_version}-inductor-decomposition-{'on' if _enabled else 'off'}"
-        compiler_config.cache_key_tag = "|".join(parts + [_tag_segment])
+        compiler_config.cache_key_tag = "|".join([*parts, _tag_segment])
 
 
 def install(version: str, when_imported: Callable[[str, Callable[[], None]], None] | None = None) -> None:

@@ -11,6 +11,7 @@ The translation follows the op's dtype rules: the result dtype is torch.result_t
 (a 0-dim operand does not promote a dimensioned one of its category), each operand is cast to it,
 float16/bfloat16 compute in float32 and round once, and float32/float64 compute ``w * (x * x)``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +26,12 @@ __all__ = ["translation_table"]
 
 _HALF = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 # Higher rank = wins promotion among float types (float16 with bfloat16 gives float32).
-_ORDER = {onnx.TensorProto.FLOAT16: 0, onnx.TensorProto.BFLOAT16: 0, onnx.TensorProto.FLOAT: 1,
-          onnx.TensorProto.DOUBLE: 2}
+_ORDER = {
+    onnx.TensorProto.FLOAT16: 0,
+    onnx.TensorProto.BFLOAT16: 0,
+    onnx.TensorProto.FLOAT: 1,
+    onnx.TensorProto.DOUBLE: 2,
+}
 
 
 def _promote(a: int, b: int) -> int:
@@ -83,8 +88,12 @@ def translation_table() -> dict:
 
 # --- the deprecated TorchScript-based exporter (dynamo=False) ---------------------------------
 
-_TORCH_TO_ONNX = {torch.float16: onnx.TensorProto.FLOAT16, torch.bfloat16: onnx.TensorProto.BFLOAT16,
-                  torch.float32: onnx.TensorProto.FLOAT, torch.float64: onnx.TensorProto.DOUBLE}
+_TORCH_TO_ONNX = {
+    torch.float16: onnx.TensorProto.FLOAT16,
+    torch.bfloat16: onnx.TensorProto.BFLOAT16,
+    torch.float32: onnx.TensorProto.FLOAT,
+    torch.float64: onnx.TensorProto.DOUBLE,
+}
 
 
 def _symbolic_weighted_sum(g, input, weight):

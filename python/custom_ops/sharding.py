@@ -46,6 +46,7 @@ Usage::
     from custom_ops import sharding             # or this file, imported by path
     sharding.register()
 """
+
 from __future__ import annotations
 
 import threading
@@ -173,9 +174,12 @@ def _partial_ops_of(spec):
 
     ops = []
     for placement in spec.placements:
-        if isinstance(placement, Partial) and placement.reduce_op in _linear_reduce_ops():
-            if placement.reduce_op not in ops:
-                ops.append(placement.reduce_op)
+        if (
+            isinstance(placement, Partial)
+            and placement.reduce_op in _linear_reduce_ops()
+            and placement.reduce_op not in ops
+        ):
+            ops.append(placement.reduce_op)
     return ops
 
 

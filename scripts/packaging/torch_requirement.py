@@ -5,12 +5,13 @@ requires that release series (``torch==2.15.*`` when built under torch 2.15.x), 
 does, and pip will not install it under another one. Runs in the build's Python, which has torch
 (``pip install --no-build-isolation .``).
 """
+
 from __future__ import annotations
 
 import re
 
 
-def dynamic_metadata(field, settings=None, project=None):  # noqa: ARG001 (the provider protocol)
+def dynamic_metadata(field, settings=None, project=None):  # unused arguments: the provider protocol
     if field != "dependencies":
         raise RuntimeError(f"torch_requirement provides 'dependencies', not {field!r}")
     import torch
