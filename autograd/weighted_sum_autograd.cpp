@@ -179,8 +179,8 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_autograd(
   }
   if (has_tangents) {
     const auto [grad_input_t, grad_weight_t] = weighted_sum_backward_tangents(
-        primal_of(grad), primal_of(input), primal_of(weight), tangent_of(grad), tangent_of(input),
-        tangent_of(weight), output_mask);
+        primal_of(grad), primal_of(input), primal_of(weight), tangent_of(grad), tangent_of(input), tangent_of(weight),
+        output_mask);
     if (grad_input_t.defined()) {
       grad_input._set_fw_grad(grad_input_t, /*level=*/0, /*is_inplace_op=*/false);
     }

@@ -36,8 +36,8 @@ at::Tensor add_defined(const at::Tensor& sum, const at::Tensor& term) {
   return sum.defined() ? sum + term : term;
 }
 
-at::Tensor reduced_to(const at::Tensor& gradient, const at::Tensor& like) {
-  return gradient.defined() ? at::sum_to(gradient, like.sym_sizes()).to(like.scalar_type()) : gradient;
+at::Tensor reduced_to(const at::Tensor& terms, const at::Tensor& like) {
+  return terms.defined() ? at::sum_to(terms, like.sym_sizes()).to(like.scalar_type()) : terms;
 }
 
 // Differentiates (grad_input, grad_weight) = (sum_to(2 w x g), sum_to(x^2 g)) with plain ATen
@@ -74,8 +74,7 @@ variable_list weighted_sum_gradients_packed(const variable_list& grads, const st
   return weighted_sum_gradients(grads, needed, input, weight);
 }
 
-variable_list weighted_sum_backward_gradients_packed(
-    const variable_list& grads, const std::vector<c10::IValue>& args) {
+variable_list weighted_sum_backward_gradients_packed(const variable_list& grads, const std::vector<c10::IValue>& args) {
   PackedArgs packed(args);
   const auto needed = packed.unpack<std::array<bool, 3>>();
   const auto grad = packed.unpack<at::Tensor>();
@@ -124,8 +123,7 @@ variable_list WeightedSumBackward0::apply_with_saved(const variable_list& grads,
   packed.pack(weight_.unpack());
   static std::once_flag bound;
   const std::vector<at::TypePtr> schema = {
-      IValuePacker<std::array<bool, 2>>::packed_type(),
-      IValuePacker<at::Tensor>::packed_type(),
+      IValuePacker<std::array<bool, 2>>::packed_type(), IValuePacker<at::Tensor>::packed_type(),
       IValuePacker<at::Tensor>::packed_type()};
   auto result = call_traced(*this, saved, grads, packed, bound, weighted_sum_gradients_packed, schema);
   saved.after(input_);
@@ -146,23 +144,20 @@ void WeightedSumBackwardBackward0::compiled_args(CompiledNodeArgs& args) const {
   args.collect(weight_, /*is_output=*/false);
 }
 
-variable_list WeightedSumBackwardBackward0::apply_with_saved(
-    const variable_list& grads, SwapSavedVariables& saved) {
+variable_list WeightedSumBackwardBackward0::apply_with_saved(const variable_list& grads, SwapSavedVariables& saved) {
   saved.before(grad_);
   saved.before(input_);
   saved.before(weight_);
   PackedArgs packed;
-  packed.pack(std::array<bool, 3>{
-      task_should_compute_output(0), task_should_compute_output(1), task_should_compute_output(2)});
+  packed.pack(
+      std::array<bool, 3>{task_should_compute_output(0), task_should_compute_output(1), task_should_compute_output(2)});
   packed.pack(grad_.unpack());
   packed.pack(input_.unpack());
   packed.pack(weight_.unpack());
   static std::once_flag bound;
   const std::vector<at::TypePtr> schema = {
-      IValuePacker<std::array<bool, 3>>::packed_type(),
-      IValuePacker<at::Tensor>::packed_type(),
-      IValuePacker<at::Tensor>::packed_type(),
-      IValuePacker<at::Tensor>::packed_type()};
+      IValuePacker<std::array<bool, 3>>::packed_type(), IValuePacker<at::Tensor>::packed_type(),
+      IValuePacker<at::Tensor>::packed_type(), IValuePacker<at::Tensor>::packed_type()};
   auto result = call_traced(*this, saved, grads, packed, bound, weighted_sum_backward_gradients_packed, schema);
   saved.after(grad_);
   saved.after(input_);

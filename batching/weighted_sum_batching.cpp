@@ -134,9 +134,8 @@ void weighted_sum_inplace_batched(const at::Tensor& self, const at::Tensor& weig
   const auto s = unwrap(self, level);
   const auto w = unwrap(weight, level);
   TORCH_CHECK(
-      w.logical_rank <= s.logical_rank,
-      "custom::weighted_sum_: weight has ", w.logical_rank, " dimensions per vmapped example, more than self's ",
-      s.logical_rank, ", but an in-place op cannot resize self");
+      w.logical_rank <= s.logical_rank, "custom::weighted_sum_: weight has ", w.logical_rank,
+      " dimensions per vmapped example, more than self's ", s.logical_rank, ", but an in-place op cannot resize self");
   const auto self_physical = batch_first(s, s.logical_rank);  // a view: the op writes into self
   auto w_physical = batch_first(w, s.logical_rank);
   // Only weight can change: self is written. Where the promotions differ, either weight is a

@@ -1,6 +1,7 @@
 """The benchmark harness: correctness checks before timing, the timers and their medians, the
 rows and environment that go into the results JSON. It knows nothing of weighted_sum: the
 variants come from weighted_sum_variants.py, the tables and targets from weighted_sum_report.py."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 import torch.utils.benchmark
@@ -66,7 +67,9 @@ def check(variant: Variant, label: str, case: object, dtype: torch.dtype, out: t
                 bound = tolerance(dtype)
                 bound = bound["rtol"] * reference.scale + bound["atol"]
                 if actual.shape != reference.value.shape:
-                    raise AssertionError(f"output {index}: shape {tuple(actual.shape)}, expected {tuple(reference.value.shape)}")
+                    raise AssertionError(
+                        f"output {index}: shape {tuple(actual.shape)}, expected {tuple(reference.value.shape)}"
+                    )
                 error = (actual.double() - reference.value).abs()
                 if not (error <= bound).all():  # a NaN fails too
                     raise AssertionError(f"output {index}: off by up to {float((error - bound).max())} over its bound")
@@ -139,7 +142,9 @@ def cpu_timer(args, threads: int) -> Callable[[list], dict]:
         for _ in range(args.rounds):
             for variant in variants:
                 timer = torch.utils.benchmark.Timer(stmt="fn()", globals={"fn": variant.call}, num_threads=threads)
-                rounds[variant.name].append(timer.blocked_autorange(min_run_time=args.min_run_time / args.rounds).median)
+                rounds[variant.name].append(
+                    timer.blocked_autorange(min_run_time=args.min_run_time / args.rounds).median
+                )
         return {name: statistics.median(times) * 1e6 for name, times in rounds.items()}
 
     return cpu_times
@@ -201,7 +206,7 @@ def timed_rows(case, shape, variants: list[Variant], times: dict, fwd_bwd_names)
     return rows
 
 
-def host_rows(dtype: str, layout: str, log2n: int, threads: Optional[int], medians: dict) -> list[dict]:
+def host_rows(dtype: str, layout: str, log2n: int, threads: int | None, medians: dict) -> list[dict]:
     """One row per variant of the per-call host timing, against the variants `add` and `eager`."""
     return [
         {
@@ -245,7 +250,7 @@ def device_name(device: torch.device) -> str:
     return platform.processor() or "cpu"
 
 
-def git_commit(given: Optional[str]) -> dict:
+def git_commit(given: str | None) -> dict:
     """HEAD and whether tracked files differ from it; None where this is no git checkout. A commit
     given on the command line wins: a tree copied to the GPU machine has no .git."""
     if given:
@@ -263,7 +268,7 @@ def git_commit(given: Optional[str]) -> dict:
     return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
 
 
-def load_average() -> Optional[float]:
+def load_average() -> float | None:
     """1-minute load average: other work on the machine skews CPU timings and host overheads."""
     try:
         return round(os.getloadavg()[0], 2)
@@ -298,5 +303,7 @@ def metadata(args, device, library, timing) -> dict:
 def warn_if_busy(meta):
     load, cpus = meta["loadavg_start"], meta["cpu_count"] or 1
     if load is not None and load > 0.5 + 0.1 * cpus:
-        print(f"bench: warning: load average {load} on {meta['cpu_count']} CPUs before the start: other work "
-              "running now skews the CPU timings (multi-threaded ones most) and the per-call host times")
+        print(
+            f"bench: warning: load average {load} on {meta['cpu_count']} CPUs before the start: other work "
+            "running now skews the CPU timings (multi-threaded ones most) and the per-call host times"
+        )

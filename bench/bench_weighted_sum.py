@@ -27,6 +27,7 @@ The code is in four files: this one (command line and the sweep), bench_harness.
 timers, result rows, environment), weighted_sum_variants.py (cases, inputs, what is timed) and
 weighted_sum_report.py (tables, targets, the JSON file, the plot).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,7 @@ import pathlib
 import statistics
 import sys
 import time
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch._dynamo
@@ -45,8 +46,17 @@ import torch._inductor.config
 import bench_harness as harness
 import weighted_sum_report as report
 from weighted_sum_variants import (
-    DTYPES, FWD_BWD_VARIANTS, LAYOUTS, PER_CHANNEL_LAYOUTS, Case, Compiler, fwd_bwd_variants, forward_variants,
-    host_variants, make_inputs, per_channel_shapes,
+    DTYPES,
+    FWD_BWD_VARIANTS,
+    LAYOUTS,
+    PER_CHANNEL_LAYOUTS,
+    Case,
+    Compiler,
+    forward_variants,
+    fwd_bwd_variants,
+    host_variants,
+    make_inputs,
+    per_channel_shapes,
 )
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -56,7 +66,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 # Command line
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="benchmark the CPU instead of the GPU")
     parser.add_argument("--min-log2", type=int, default=10, help="smallest size, as log2 of the element count")
@@ -64,16 +74,22 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         "--max-log2", type=int, default=None, help="largest size, log2 of the element count (default: 28 GPU, 22 CPU)"
     )
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated subset of %(default)s")
-    parser.add_argument("--layouts", default=",".join(LAYOUTS),
-                        help="comma-separated subset of %(default)s and the per-channel layouts "
-                        f"{','.join(PER_CHANNEL_LAYOUTS)} ('per-channel': all of these)")
+    parser.add_argument(
+        "--layouts",
+        default=",".join(LAYOUTS),
+        help="comma-separated subset of %(default)s and the per-channel layouts "
+        f"{','.join(PER_CHANNEL_LAYOUTS)} ('per-channel': all of these)",
+    )
     parser.add_argument(
         "--threads", default="all,1", help="CPU only: comma-separated thread counts, 'all' = torch's default"
     )
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
     parser.add_argument("--no-fwd-bwd", action="store_true", help="skip forward+backward")
-    parser.add_argument("--fwd-bwd-layouts", default="contiguous,broadcast",
-                        help="layouts that also get forward+backward, comma-separated (default %(default)s)")
+    parser.add_argument(
+        "--fwd-bwd-layouts",
+        default="contiguous,broadcast",
+        help="layouts that also get forward+backward, comma-separated (default %(default)s)",
+    )
     parser.add_argument(
         "--compile-static-from",
         type=int,
@@ -90,8 +106,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--warmup-ms", type=float, default=10.0, help="GPU warm-up time per measurement")
     parser.add_argument("--rep-ms", type=float, default=40.0, help="GPU measuring time per measurement")
     parser.add_argument("--min-run-time", type=float, default=0.1, help="CPU seconds per variant and size")
-    parser.add_argument("--rounds", type=int, default=5,
-                        help="CPU: rounds that time every variant in turn (the median of the rounds is kept)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="CPU: rounds that time every variant in turn (the median of the rounds is kept)",
+    )
     parser.add_argument("--host-max-log2", type=int, default=14, help="largest size of the per-call host timing")
     parser.add_argument("--library", type=pathlib.Path, default=None, help="libcustom_ops.so to load")
     parser.add_argument(
@@ -120,8 +140,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error(f"need --rounds >= 1, got {args.rounds}")
     args.dtypes = _subset(parser, "--dtypes", args.dtypes, DTYPES)
     args.layouts = _subset(
-        parser, "--layouts", args.layouts.replace("per-channel", ",".join(PER_CHANNEL_LAYOUTS)),
-        LAYOUTS + PER_CHANNEL_LAYOUTS)
+        parser,
+        "--layouts",
+        args.layouts.replace("per-channel", ",".join(PER_CHANNEL_LAYOUTS)),
+        LAYOUTS + PER_CHANNEL_LAYOUTS,
+    )
     args.fwd_bwd_layouts = _subset(parser, "--fwd-bwd-layouts", args.fwd_bwd_layouts, LAYOUTS)
     args.threads = _thread_counts(parser, args.threads) if args.cpu else [None]
     return args
@@ -152,7 +175,7 @@ def _thread_counts(parser, text):
 # The library and the device
 
 
-def load_library(path: Optional[pathlib.Path]) -> pathlib.Path:
+def load_library(path: pathlib.Path | None) -> pathlib.Path:
     """Loads libcustom_ops.so: --library, else $CUSTOM_OPS_LIBRARY, else build/ of this checkout."""
     path = path or pathlib.Path(os.environ.get("CUSTOM_OPS_LIBRARY", REPO / "build" / "libcustom_ops.so"))
     if not path.is_file():
@@ -209,7 +232,9 @@ def sweep(args, device, timer_for) -> list[dict]:
                     if layout in PER_CHANNEL_LAYOUTS and per_channel_shapes(layout, log2n) is None:
                         continue
                     case = Case(layout, dtype, log2n, threads)
-                    with_fwd_bwd = (layout in args.fwd_bwd_layouts or layout in PER_CHANNEL_LAYOUTS) and not args.no_fwd_bwd
+                    with_fwd_bwd = (
+                        layout in args.fwd_bwd_layouts or layout in PER_CHANNEL_LAYOUTS
+                    ) and not args.no_fwd_bwd
                     case_rows = measure_case(case, device, timer, compiler.for_size(log2n), with_fwd_bwd)
                     report.print_rows(case_rows)
                     rows += case_rows
@@ -261,8 +286,10 @@ def main(argv=None) -> int:
         timer_for = lambda threads: harness.cpu_timer(args, threads)  # noqa: E731
     all_threads = torch.get_num_threads()
     meta = harness.metadata(args, device, library, timing)
-    print(f"custom::weighted_sum benchmark on {meta['device_name']} ({meta['device']}), torch {meta['torch']}, "
-          f"commit {meta['git_commit']}, timing: {timing}")
+    print(
+        f"custom::weighted_sum benchmark on {meta['device_name']} ({meta['device']}), torch {meta['torch']}, "
+        f"commit {meta['git_commit']}, timing: {timing}"
+    )
     harness.warn_if_busy(meta)
 
     rows = sweep(args, device, timer_for)

@@ -1,11 +1,12 @@
 """What bench_weighted_sum.py times: the sweep's cases and their inputs, and the variants of one
 case (our op, PyTorch's ceilings, the composite eager and compiled, forward+backward), each with
 the float64 reference it is checked against and the bytes it must move."""
+
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 import torch._dynamo
@@ -20,7 +21,12 @@ LAYOUTS = ("contiguous", "broadcast", "transposed")
 CHANNEL_COUNTS = (1024, 4096, 16384)
 PER_CHANNEL_LAYOUTS = tuple(f"{kind}_c{c}" for kind in ("row", "column", "nchw") for c in CHANNEL_COUNTS)
 FWD_BWD_VARIANTS = (
-    "ours_fwd_bwd", "eager_fwd_bwd", "compile_fwd_bwd", "ours_fwd_bwd_graph", "eager_fwd_bwd_graph", "add_fwd_bwd",
+    "ours_fwd_bwd",
+    "eager_fwd_bwd",
+    "compile_fwd_bwd",
+    "ours_fwd_bwd_graph",
+    "eager_fwd_bwd_graph",
+    "add_fwd_bwd",
 )
 
 
@@ -35,7 +41,7 @@ class Case:
     layout: str
     dtype: str
     log2n: int
-    threads: Optional[int]  # CPU thread count, None on the GPU
+    threads: int | None  # CPU thread count, None on the GPU
 
     @property
     def n(self) -> int:
@@ -53,7 +59,7 @@ def matrix_shape(log2n: int) -> tuple[int, int]:
     return (1 << log2n) // c, c
 
 
-def per_channel_shapes(layout: str, log2n: int) -> Optional[tuple[tuple, tuple]]:
+def per_channel_shapes(layout: str, log2n: int) -> tuple[tuple, tuple] | None:
     """(x shape, w shape) of a per-channel layout at 2^log2n elements; None where n < 2C (a
     size-1 dimension, which torch.compile would specialize) or for the other layouts."""
     if layout not in PER_CHANNEL_LAYOUTS:
@@ -79,7 +85,7 @@ def make_inputs(case: Case, device: torch.device):
     transposed: x = randn(C, N).t() (strides (1, N)), w [N, C] contiguous, y [N, C].
     """
     dtype = DTYPES[case.dtype]
-    make = dict(dtype=dtype, device=device)
+    make = {"dtype": dtype, "device": device}
     rows, cols = matrix_shape(case.log2n)
     per_channel = per_channel_shapes(case.layout, case.log2n)
     if per_channel is not None:

@@ -25,10 +25,7 @@ at::Tensor& weighted_sum_(at::Tensor& self, const at::Tensor& weight) {
 }
 
 std::tuple<at::Tensor, at::Tensor> weighted_sum_backward(
-    const at::Tensor& grad,
-    const at::Tensor& input,
-    const at::Tensor& weight,
-    std::array<bool, 2> output_mask) {
+    const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight, std::array<bool, 2> output_mask) {
   return detail::weighted_sum_backward_handle().call(grad, input, weight, output_mask);
 }
 

@@ -11,20 +11,17 @@ namespace custom::detail {
 void check_operand(const at::Tensor& tensor, const char* op, const char* arg) {
   TORCH_CHECK(tensor.defined(), op, ": ", arg, " is an undefined tensor");
   TORCH_CHECK(
-      tensor.layout() == at::kStrided && !tensor.is_nested() && !tensor.is_mkldnn(),
-      op, ": ", arg, " must be a dense strided tensor, got layout ", tensor.layout(),
-      tensor.is_nested() ? " (nested)" : "");
+      tensor.layout() == at::kStrided && !tensor.is_nested() && !tensor.is_mkldnn(), op, ": ", arg,
+      " must be a dense strided tensor, got layout ", tensor.layout(), tensor.is_nested() ? " (nested)" : "");
   TORCH_CHECK(
-      is_supported_floating_type(tensor.scalar_type()),
-      op, ": ", arg, " must have dtype float16, bfloat16, float32 or float64, got ",
-      tensor.scalar_type());
+      is_supported_floating_type(tensor.scalar_type()), op, ": ", arg,
+      " must have dtype float16, bfloat16, float32 or float64, got ", tensor.scalar_type());
 }
 
 void check_same_device(
     const at::Tensor& a, const char* a_name, const at::Tensor& b, const char* b_name, const char* op) {
   TORCH_CHECK(
-      a.device() == b.device(),
-      op, ": expected ", a_name, " and ", b_name, " on the same device, got ", a_name, " on ",
+      a.device() == b.device(), op, ": expected ", a_name, " and ", b_name, " on the same device, got ", a_name, " on ",
       a.device(), " and ", b_name, " on ", b.device());
 }
 
@@ -46,8 +43,7 @@ c10::SymDimVector broadcast_shape(
     const c10::SymInt& sa = in_a ? a_sizes[a_sizes.size() - 1 - i] : one;
     const c10::SymInt& sb = in_b ? b_sizes[b_sizes.size() - 1 - i] : one;
     TORCH_CHECK(
-        sa == sb || sa == 1 || sb == 1,
-        op, ": ", a_name, " of shape ", a_sizes, " and ", b_name, " of shape ", b_sizes,
+        sa == sb || sa == 1 || sb == 1, op, ": ", a_name, " of shape ", a_sizes, " and ", b_name, " of shape ", b_sizes,
         " are not broadcastable (dimension ", ndim - 1 - i, ": ", sa, " vs ", sb, ")");
     shape[ndim - 1 - i] = sa == 1 ? sb : sa;
   }
@@ -73,11 +69,11 @@ void check_destination(
     const at::Tensor& dest, const char* arg, at::ScalarType result, c10::Device device, const char* op) {
   check_operand(dest, op, arg);
   TORCH_CHECK(
-      dest.device() == device,
-      op, ": expected ", arg, " on ", device, " like the inputs, got ", arg, " on ", dest.device());
+      dest.device() == device, op, ": expected ", arg, " on ", device, " like the inputs, got ", arg, " on ",
+      dest.device());
   TORCH_CHECK(
-      c10::canCast(result, dest.scalar_type()),
-      op, ": result type ", result, " can't be cast to the dtype of ", arg, ", ", dest.scalar_type());
+      c10::canCast(result, dest.scalar_type()), op, ": result type ", result, " can't be cast to the dtype of ", arg,
+      ", ", dest.scalar_type());
 }
 
 }  // namespace custom::detail

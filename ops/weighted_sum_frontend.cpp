@@ -32,8 +32,7 @@ at::TensorIterator elementwise_iterator(
       .build();
 }
 
-void run_forward(
-    const at::Tensor& out, const at::Tensor& input, const at::Tensor& weight, Loop loop, Output output) {
+void run_forward(const at::Tensor& out, const at::Tensor& input, const at::Tensor& weight, Loop loop, Output output) {
   if (loop == nullptr || out.numel() == 0) {
     return;
   }
@@ -66,10 +65,7 @@ bool resized_would_overlap(const at::Tensor& out, int64_t numel, const at::Tenso
 // One gradient: computed over the full output shape, then summed back to the shape of the
 // argument it belongs to when that argument was broadcast. At most one full-size temporary.
 at::Tensor gradient_for(
-    const at::Tensor& argument,
-    c10::SymIntArrayRef shape,
-    Loop loop,
-    std::initializer_list<at::Tensor> operands) {
+    const at::Tensor& argument, c10::SymIntArrayRef shape, Loop loop, std::initializer_list<at::Tensor> operands) {
   const bool broadcast = !has_shape(argument, shape);
   auto compute_dtype = argument.scalar_type();
   for (const auto& operand : operands) {
@@ -109,9 +105,8 @@ void weighted_sum_out_impl(
   // ATen's rule (TensorIterator's is_read_write): an out that is an input is read as well as
   // written, so it is never resized; resized first, it would be read from its new memory.
   TORCH_CHECK(
-      !resize || (!out.is_same(input) && !out.is_same(weight)),
-      op, ": output with shape ", out.sym_sizes(), " doesn't match the broadcast shape ",
-      c10::SymIntArrayRef(shape));
+      !resize || (!out.is_same(input) && !out.is_same(weight)), op, ": output with shape ", out.sym_sizes(),
+      " doesn't match the broadcast shape ", c10::SymIntArrayRef(shape));
   if (loops.forward != nullptr) {
     // Before the resize, as ATen does, so a refused out is left untouched.
     at::assert_no_internal_overlap(out);
@@ -121,8 +116,8 @@ void weighted_sum_out_impl(
       // Stricter than ATen, which resizes such an out and computes wrong values silently.
       const auto numel = c10::multiply_integers(C10_AS_INTARRAYREF_SLOW(shape));
       TORCH_CHECK(
-          !resized_would_overlap(out, numel, input) && !resized_would_overlap(out, numel, weight),
-          op, ": out of shape ", out.sizes(), " shares memory with an input and, resized to the broadcast shape ",
+          !resized_would_overlap(out, numel, input) && !resized_would_overlap(out, numel, weight), op,
+          ": out of shape ", out.sizes(), " shares memory with an input and, resized to the broadcast shape ",
           c10::SymIntArrayRef(shape), ", would overlap it; pass an out that does not share memory with the inputs");
     }
   }
@@ -139,9 +134,8 @@ void weighted_sum_inplace_impl(const at::Tensor& self, const at::Tensor& weight,
   check_destination(self, "self", result_dtype(self, weight), self.device(), op);
   const auto shape = broadcast_shape(self, "self", weight, "weight", op);
   TORCH_CHECK(
-      has_shape(self, shape),
-      op, ": weight of shape ", weight.sym_sizes(), " would broadcast self of shape ", self.sym_sizes(),
-      " to ", c10::SymIntArrayRef(shape), ", but an in-place op cannot resize self");
+      has_shape(self, shape), op, ": weight of shape ", weight.sym_sizes(), " would broadcast self of shape ",
+      self.sym_sizes(), " to ", c10::SymIntArrayRef(shape), ", but an in-place op cannot resize self");
   run_forward(self, self, weight, loops.forward, Output::Given);
 }
 
@@ -157,12 +151,11 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_impl(
   check_same_device(grad, "grad", input, "input", op);
   const auto shape = broadcast_shape(input, "input", weight, "weight", op);
   TORCH_CHECK(
-      has_shape(grad, shape),
-      op, ": grad of shape ", grad.sym_sizes(), " does not match the output shape ", c10::SymIntArrayRef(shape));
+      has_shape(grad, shape), op, ": grad of shape ", grad.sym_sizes(), " does not match the output shape ",
+      c10::SymIntArrayRef(shape));
 
-  const bool one_pass = output_mask[0] && output_mask[1] && has_shape(input, shape) &&
-      has_shape(weight, shape) && input.scalar_type() == weight.scalar_type() &&
-      grad.scalar_type() == input.scalar_type();
+  const bool one_pass = output_mask[0] && output_mask[1] && has_shape(input, shape) && has_shape(weight, shape) &&
+      input.scalar_type() == weight.scalar_type() && grad.scalar_type() == input.scalar_type();
   if (one_pass) {
     // Reads grad, input and weight once and writes both gradients.
     auto grad_input = at::empty_symint(shape, input.options());

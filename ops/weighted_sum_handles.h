@@ -39,10 +39,9 @@ inline const auto& weighted_sum_inplace_handle() {
 }
 
 inline const auto& weighted_sum_backward_handle() {
-  static const auto op =
-      find_operator<std::tuple<at::Tensor, at::Tensor>(
-          const at::Tensor&, const at::Tensor&, const at::Tensor&, std::array<bool, 2>)>(
-          "custom::weighted_sum_backward", "");
+  static const auto op = find_operator<std::tuple<at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, std::array<bool, 2>)>(
+      "custom::weighted_sum_backward", "");
   return op;
 }
 

@@ -19,8 +19,8 @@ void reject_non_strided(const c10::OperatorHandle& op, torch::jit::Stack* stack)
     }
     const auto& tensor = values[i].toTensor();
     TORCH_CHECK(
-        !tensor.defined() || (tensor.layout() == at::kStrided && !tensor.is_nested() && !tensor.is_mkldnn()),
-        name, ": ", arguments[i].name(), " must be a dense strided tensor, got ",
+        !tensor.defined() || (tensor.layout() == at::kStrided && !tensor.is_nested() && !tensor.is_mkldnn()), name,
+        ": ", arguments[i].name(), " must be a dense strided tensor, got ",
         tensor.is_nested() ? "a nested tensor" : "layout ", tensor.is_nested() ? "" : c10::str(tensor.layout()));
   }
   TORCH_CHECK(false, name, ": only dense strided tensors are supported");
@@ -34,12 +34,26 @@ void register_rejections(torch::Library& m) {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(custom, SparseCPU, m) { register_rejections(m); }
-TORCH_LIBRARY_IMPL(custom, SparseCUDA, m) { register_rejections(m); }
-TORCH_LIBRARY_IMPL(custom, SparseCsrCPU, m) { register_rejections(m); }
-TORCH_LIBRARY_IMPL(custom, SparseCsrCUDA, m) { register_rejections(m); }
-TORCH_LIBRARY_IMPL(custom, MkldnnCPU, m) { register_rejections(m); }
-TORCH_LIBRARY_IMPL(custom, NestedTensorCPU, m) { register_rejections(m); }
-TORCH_LIBRARY_IMPL(custom, NestedTensorCUDA, m) { register_rejections(m); }
+TORCH_LIBRARY_IMPL(custom, SparseCPU, m) {
+  register_rejections(m);
+}
+TORCH_LIBRARY_IMPL(custom, SparseCUDA, m) {
+  register_rejections(m);
+}
+TORCH_LIBRARY_IMPL(custom, SparseCsrCPU, m) {
+  register_rejections(m);
+}
+TORCH_LIBRARY_IMPL(custom, SparseCsrCUDA, m) {
+  register_rejections(m);
+}
+TORCH_LIBRARY_IMPL(custom, MkldnnCPU, m) {
+  register_rejections(m);
+}
+TORCH_LIBRARY_IMPL(custom, NestedTensorCPU, m) {
+  register_rejections(m);
+}
+TORCH_LIBRARY_IMPL(custom, NestedTensorCUDA, m) {
+  register_rejections(m);
+}
 
 }  // namespace custom

@@ -163,8 +163,8 @@ Strides iterator_output_strides(
     const auto first = stride_order({Strides(strides[0].begin(), strides[0].end())}, shape);
     if (all([&](auto s) {
           return dense_in_order(shape, s, first) &&
-              std::equal(s.begin(), s.end(), strides[0].begin(),
-                         [](const auto& a, const auto& b) { return equal(a, b); });
+              std::equal(
+                     s.begin(), s.end(), strides[0].begin(), [](const auto& a, const auto& b) { return equal(a, b); });
         })) {
       return Strides(strides[0].begin(), strides[0].end());
     }

@@ -35,8 +35,10 @@ struct OpInfo {
 };
 
 constexpr OpInfo kOps[] = {
-    {Op::kWeightedSum, "weighted_sum"}, {Op::kWeightedSumOut, "weighted_sum_out"},
-    {Op::kAdd, "add"},                  {Op::kAddOut, "add_out"},
+    {Op::kWeightedSum, "weighted_sum"},
+    {Op::kWeightedSumOut, "weighted_sum_out"},
+    {Op::kAdd, "add"},
+    {Op::kAddOut, "add_out"},
     {Op::kMulSquare, "mul_square"},
 };
 

@@ -32,7 +32,9 @@ inline void stream_store(const at::vec::Vectorized<scalar_t>& value, char* align
 }
 
 // Streaming stores are weakly ordered: fence them before another thread may read the output.
-inline void stream_fence() { _mm_sfence(); }
+inline void stream_fence() {
+  _mm_sfence();
+}
 #else
 inline constexpr bool kCanStream = false;
 

@@ -61,8 +61,9 @@ int64_t from_environment_or_cache() {
   char* end = nullptr;
   const long long value = std::strtoll(text, &end, 10);
   if (*end != '\0' || value < 0) {
-    TORCH_WARN("custom_ops: ignoring CUSTOM_OPS_CPU_STREAMING_MIN_BYTES=", text,
-               " (expected a number of bytes >= 0); using the last-level cache size");
+    TORCH_WARN(
+        "custom_ops: ignoring CUSTOM_OPS_CPU_STREAMING_MIN_BYTES=", text,
+        " (expected a number of bytes >= 0); using the last-level cache size");
     return last_level_cache_bytes();
   }
   return static_cast<int64_t>(value);

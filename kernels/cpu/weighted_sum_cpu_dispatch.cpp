@@ -24,11 +24,21 @@ const detail::WeightedSumLoops& selected_loops() {
   return *loops;
 }
 
-void forward(at::TensorIteratorBase& iter) { selected_loops().forward(iter); }
-void backward_fused(at::TensorIteratorBase& iter) { selected_loops().backward_fused(iter); }
-void backward_input(at::TensorIteratorBase& iter) { selected_loops().backward_input(iter); }
-void backward_weight(at::TensorIteratorBase& iter) { selected_loops().backward_weight(iter); }
-void backward_per_channel(const detail::PerChannelBackward& args) { selected_loops().backward_per_channel(args); }
+void forward(at::TensorIteratorBase& iter) {
+  selected_loops().forward(iter);
+}
+void backward_fused(at::TensorIteratorBase& iter) {
+  selected_loops().backward_fused(iter);
+}
+void backward_input(at::TensorIteratorBase& iter) {
+  selected_loops().backward_input(iter);
+}
+void backward_weight(at::TensorIteratorBase& iter) {
+  selected_loops().backward_weight(iter);
+}
+void backward_per_channel(const detail::PerChannelBackward& args) {
+  selected_loops().backward_per_channel(args);
+}
 
 constexpr detail::WeightedSumLoops kCpuLoops{
     .forward = forward,

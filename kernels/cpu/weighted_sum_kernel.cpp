@@ -95,8 +95,8 @@ void forward_streaming_rows(char** base, const int64_t* strides, int64_t size0, 
   enum { kOut, kInput, kWeight, kOperands };
   constexpr int64_t width = sizeof(scalar_t);
   using V = Vec<scalar_t>;
-  const bool vector_rows = strides[kOut] == width && strides[kInput] == width &&
-                           (strides[kWeight] == width || strides[kWeight] == 0);
+  const bool vector_rows =
+      strides[kOut] == width && strides[kInput] == width && (strides[kWeight] == width || strides[kWeight] == 0);
   Rows<scalar_t, kOperands> rows(base, strides);
   const auto scalar_range = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
@@ -138,7 +138,7 @@ void forward_tiled_rows(char** base, const int64_t* strides, int64_t size0, int6
   // A tile's buffer fills 16 KiB, half an L1 data cache: 64 x 64 floats, 128 x 64 halves. (Measured
   // on the 2-core VM: larger tiles that spill L1 ran 2x slower in float32; 32 x 32 ran 10% slower.)
   constexpr int64_t kTileCols = 64;  // columns
-  constexpr int64_t kTileRows = 16 * 1024 / (kTileCols * width);
+  constexpr int64_t kTileRows = int64_t{16} * 1024 / (kTileCols * width);
   using V = Vec<scalar_t>;
   const int64_t* outer = strides + kOperands;
   const bool across[kOperands] = {
@@ -225,8 +225,7 @@ void forward_loop(at::TensorIteratorBase& iter) {
       return;
     }
     at::native::cpu_kernel_vec(
-        iter,
-        [](scalar_t x, scalar_t w) { return scalar_opmath<scalar_t>(weighted_square, x, w); },
+        iter, [](scalar_t x, scalar_t w) { return scalar_opmath<scalar_t>(weighted_square, x, w); },
         [](Vec<scalar_t> x, Vec<scalar_t> w) { return vector_opmath<scalar_t>(weighted_square, x, w); });
   });
 }
@@ -234,8 +233,7 @@ void forward_loop(at::TensorIteratorBase& iter) {
 void backward_input_loop(at::TensorIteratorBase& iter) {
   DISPATCH_FLOATING(iter, "weighted_sum_backward_input_cpu", [&] {
     at::native::cpu_kernel_vec(
-        iter,
-        [](scalar_t grad, scalar_t x, scalar_t w) { return scalar_opmath<scalar_t>(input_gradient, grad, x, w); },
+        iter, [](scalar_t grad, scalar_t x, scalar_t w) { return scalar_opmath<scalar_t>(input_gradient, grad, x, w); },
         [](Vec<scalar_t> grad, Vec<scalar_t> x, Vec<scalar_t> w) {
           return vector_opmath<scalar_t>(input_gradient, grad, x, w);
         });
@@ -245,8 +243,7 @@ void backward_input_loop(at::TensorIteratorBase& iter) {
 void backward_weight_loop(at::TensorIteratorBase& iter) {
   DISPATCH_FLOATING(iter, "weighted_sum_backward_weight_cpu", [&] {
     at::native::cpu_kernel_vec(
-        iter,
-        [](scalar_t grad, scalar_t x) { return scalar_opmath<scalar_t>(weight_gradient, grad, x); },
+        iter, [](scalar_t grad, scalar_t x) { return scalar_opmath<scalar_t>(weight_gradient, grad, x); },
         [](Vec<scalar_t> grad, Vec<scalar_t> x) { return vector_opmath<scalar_t>(weight_gradient, grad, x); });
   });
 }

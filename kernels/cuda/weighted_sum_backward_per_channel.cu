@@ -292,7 +292,8 @@ void launch_down_rows(const detail::PerChannelBackward& args, const Pointers<sca
   }
   acc_t* workspace = kWeight ? partials.mutable_data_ptr<acc_t>() : nullptr;
   const dim3 grid(
-      static_cast<unsigned>(std::min(s.row_blocks, kMaxGridX)), static_cast<unsigned>(std::min(s.column_tiles, kMaxGridY)));
+      static_cast<unsigned>(std::min(s.row_blocks, kMaxGridX)),
+      static_cast<unsigned>(std::min(s.column_tiles, kMaxGridY)));
   down_rows_kernel<scalar_t, kVec, kInput, kWeight>
       <<<grid, dim3(tile, lanes), 0, at::cuda::getCurrentCUDAStream()>>>(p, workspace, s);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -314,8 +315,8 @@ void launch_along_runs(const detail::PerChannelBackward& args, const Pointers<sc
   }
   acc_t* workspace = kWeight ? partials.mutable_data_ptr<acc_t>() : nullptr;
   const auto blocks = static_cast<unsigned>(std::min(units, kMaxGridX));
-  along_runs_kernel<scalar_t, kVec, kInput, kWeight><<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-      p, workspace, s);
+  along_runs_kernel<scalar_t, kVec, kInput, kWeight>
+      <<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(p, workspace, s);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (kWeight) {
     launch_sum_channels(workspace, outer, channels, s.chunks, args.grad_weight.mutable_data_ptr<scalar_t>());

@@ -51,8 +51,13 @@ using Tile = opmath_t[kAcross ? kTile<scalar_t> : 1][kTile<scalar_t> + 1];
 // the order the writes use (lanes read consecutive columns).
 template <bool kAcross, typename scalar_t, typename opmath_t, int kSteps>
 __device__ void load_whole(
-    const scalar_t* data, int64_t col_stride, int64_t row_stride, int64_t row0, int64_t col0,
-    Tile<scalar_t, opmath_t, kAcross>& tile, Pack<scalar_t> (&rows)[kSteps]) {
+    const scalar_t* data,
+    int64_t col_stride,
+    int64_t row_stride,
+    int64_t row0,
+    int64_t col0,
+    Tile<scalar_t, opmath_t, kAcross>& tile,
+    Pack<scalar_t> (&rows)[kSteps]) {
   constexpr int P = kPack<scalar_t>;
   const int lane = threadIdx.x * P;
 #pragma unroll
@@ -71,7 +76,8 @@ __device__ void load_whole(
 }
 
 template <bool kAcross, typename scalar_t, typename opmath_t>
-__device__ opmath_t element(const Tile<scalar_t, opmath_t, kAcross>& tile, const Pack<scalar_t>& row, int r, int c, int p) {
+__device__ opmath_t
+element(const Tile<scalar_t, opmath_t, kAcross>& tile, const Pack<scalar_t>& row, int r, int c, int p) {
   if constexpr (kAcross) {
     return tile[c][r];
   } else {
@@ -83,7 +89,10 @@ __device__ opmath_t element(const Tile<scalar_t, opmath_t, kAcross>& tile, const
 // spreads the transposed reads over the banks.
 template <typename scalar_t, typename opmath_t, bool kInputAcross, bool kWeightAcross>
 __device__ void whole_tile(
-    const TransposedArgs<scalar_t>& args, int64_t row0, int64_t col0, Tile<scalar_t, opmath_t, kInputAcross>& input_tile,
+    const TransposedArgs<scalar_t>& args,
+    int64_t row0,
+    int64_t col0,
+    Tile<scalar_t, opmath_t, kInputAcross>& input_tile,
     Tile<scalar_t, opmath_t, kWeightAcross>& weight_tile) {
   constexpr int P = kPack<scalar_t>;
   constexpr int kSteps = kTile<scalar_t> / kThreadsY;
@@ -115,7 +124,10 @@ __device__ void whole_tile(
 // element, each checked against the bounds.
 template <typename scalar_t, typename opmath_t, bool kInputAcross, bool kWeightAcross>
 __device__ void edge_tile(
-    const TransposedArgs<scalar_t>& args, int64_t row0, int64_t col0, Tile<scalar_t, opmath_t, kInputAcross>& input_tile,
+    const TransposedArgs<scalar_t>& args,
+    int64_t row0,
+    int64_t col0,
+    Tile<scalar_t, opmath_t, kInputAcross>& input_tile,
     Tile<scalar_t, opmath_t, kWeightAcross>& weight_tile) {
   constexpr int T = kTile<scalar_t>;
   const int64_t rows = args.rows - row0;  // of this tile
@@ -146,8 +158,10 @@ __device__ void edge_tile(
   for (int r = threadIdx.y; r < T; r += kThreadsY) {
     for (int c = threadIdx.x; c < T; c += kThreadsX) {
       if (r < rows && c < cols) {
-        const opmath_t x = operand(std::bool_constant<kInputAcross>{}, input_tile, args.input, args.input_row_stride, r, c);
-        const opmath_t w = operand(std::bool_constant<kWeightAcross>{}, weight_tile, args.weight, args.weight_row_stride, r, c);
+        const opmath_t x =
+            operand(std::bool_constant<kInputAcross>{}, input_tile, args.input, args.input_row_stride, r, c);
+        const opmath_t w =
+            operand(std::bool_constant<kWeightAcross>{}, weight_tile, args.weight, args.weight_row_stride, r, c);
         args.out[(row0 + r) * args.out_row_stride + col0 + c] = math::WeightedSquare{}(x, w);
       }
     }
@@ -155,7 +169,7 @@ __device__ void edge_tile(
 }
 
 template <typename scalar_t, bool kInputAcross, bool kWeightAcross>
-__global__ void __launch_bounds__(kThreadsX * kThreadsY) forward_transposed_kernel(TransposedArgs<scalar_t> args) {
+__global__ void __launch_bounds__(kThreadsX* kThreadsY) forward_transposed_kernel(TransposedArgs<scalar_t> args) {
   constexpr int T = kTile<scalar_t>;
   using opmath_t = at::opmath_type<scalar_t>;
   // Unused tiles collapse to one row, so an instantiation holds only the shared memory it uses.

@@ -10,9 +10,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <thrust/tuple.h>
 
+#include "kernels/cuda/weighted_sum_backward_per_channel.h"
 #include "kernels/cuda/weighted_sum_forward_broadcast.h"
 #include "kernels/cuda/weighted_sum_forward_transposed.h"
-#include "kernels/cuda/weighted_sum_backward_per_channel.h"
 #include "ops/floating_types.h"
 #include "ops/weighted_sum_math.h"
 #include "ops/weighted_sum_registration.h"
@@ -78,8 +78,9 @@ void backward_fused_loop(at::TensorIteratorBase& iter) {
         iter, [] GPU_LAMBDA(scalar_t grad, scalar_t x, scalar_t w) -> thrust::tuple<scalar_t, scalar_t> {
           const opmath_t xf = x;
           const opmath_t gf = grad;
-          return {math::WeightedSquareInputGradient{}(gf, xf, static_cast<opmath_t>(w)),
-                  math::WeightedSquareWeightGradient{}(gf, xf)};
+          return {
+              math::WeightedSquareInputGradient{}(gf, xf, static_cast<opmath_t>(w)),
+              math::WeightedSquareWeightGradient{}(gf, xf)};
         });
   });
 }

@@ -11,6 +11,7 @@ torch already installed, without pip's build isolation:
 
     pip install --no-build-isolation .
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -33,8 +34,14 @@ TORCH_VERSION: str = _build_info.TORCH_VERSION
 WITH_CUDA: bool = _build_info.WITH_CUDA
 
 __all__ = [
-    "TORCH_VERSION", "WITH_CUDA", "__version__", "inductor_decomposition_enabled", "library_path",
-    "set_inductor_decomposition", "weighted_sum", "weighted_sum_",
+    "TORCH_VERSION",
+    "WITH_CUDA",
+    "__version__",
+    "inductor_decomposition_enabled",
+    "library_path",
+    "set_inductor_decomposition",
+    "weighted_sum",
+    "weighted_sum_",
 ]
 
 _LIBRARY = pathlib.Path(__file__).resolve().with_name("libcustom_ops.so")
@@ -98,9 +105,7 @@ def library_path() -> str:
     return str(_LIBRARY)
 
 
-def weighted_sum(
-    input: torch.Tensor, weight: torch.Tensor | float, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
+def weighted_sum(input: torch.Tensor, weight: torch.Tensor | float, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Elementwise ``weight * input**2``, computed by the custom::weighted_sum operator.
 
     Args:
@@ -196,7 +201,8 @@ def _register_sharding_rules() -> None:
 
         warnings.warn(
             f"custom_ops: the DTensor sharding rules were not registered ({error}); "
-            "call custom_ops.sharding.register() to retry"
+            "call custom_ops.sharding.register() to retry",
+            stacklevel=2,
         )
 
 

@@ -9,6 +9,7 @@ itself: a finder at the front of ``sys.meta_path`` that, for the one module name
 the other finders return and calls the function right after the module's code has run. It relies
 only on importlib's ``find_spec``/``exec_module`` protocol, nothing of torch's.
 """
+
 from __future__ import annotations
 
 import importlib.abc

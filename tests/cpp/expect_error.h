@@ -25,15 +25,15 @@ inline ::testing::AssertionResult MessageContains(
 
 }  // namespace custom_ops_test
 
-#define EXPECT_C10_ERROR(statement, ...)                                                          \
-  EXPECT_THROW(                                                                                   \
-      {                                                                                           \
-        try {                                                                                     \
-          statement;                                                                              \
-        } catch (const c10::Error& custom_ops_test_error) {                                       \
-          EXPECT_TRUE(::custom_ops_test::MessageContains(custom_ops_test_error, {__VA_ARGS__}))   \
-              << "thrown by: " #statement;                                                        \
-          throw;                                                                                  \
-        }                                                                                         \
-      },                                                                                          \
+#define EXPECT_C10_ERROR(statement, ...)                                                        \
+  EXPECT_THROW(                                                                                 \
+      {                                                                                         \
+        try {                                                                                   \
+          statement;                                                                            \
+        } catch (const c10::Error& custom_ops_test_error) {                                     \
+          EXPECT_TRUE(::custom_ops_test::MessageContains(custom_ops_test_error, {__VA_ARGS__})) \
+              << "thrown by: " #statement;                                                      \
+          throw;                                                                                \
+        }                                                                                       \
+      },                                                                                        \
       c10::Error)

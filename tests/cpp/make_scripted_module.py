@@ -7,6 +7,7 @@ Usage: make_scripted_module.py LIBRARY OUTPUT
 The module holds a weight parameter of shape (4,) and its forward returns
 torch.ops.custom.weighted_sum(x, self.weight); the C++ test reads the weight back from the file.
 """
+
 import sys
 
 import torch

@@ -15,8 +15,7 @@
 
 namespace custom_ops_test {
 
-inline constexpr std::array<at::ScalarType, 4> kFloatingDtypes = {
-    at::kHalf, at::kBFloat16, at::kFloat, at::kDouble};
+inline constexpr std::array<at::ScalarType, 4> kFloatingDtypes = {at::kHalf, at::kBFloat16, at::kFloat, at::kDouble};
 
 // weight * input**2 in float64, on the CPU, broadcast as the op broadcasts.
 inline at::Tensor reference(const at::Tensor& input, const at::Tensor& weight) {
@@ -66,8 +65,8 @@ inline ::testing::AssertionResult WithinBound(
   }
   const auto first = bad.reshape(-1).nonzero()[0].item<int64_t>();
   std::ostringstream msg;
-  msg << n_bad << " of " << a.numel() << " elements differ (" << what << "); first at flat index " << first
-      << ": " << a.reshape(-1)[first].item<double>() << " vs expected " << expected.reshape(-1)[first].item<double>();
+  msg << n_bad << " of " << a.numel() << " elements differ (" << what << "); first at flat index " << first << ": "
+      << a.reshape(-1)[first].item<double>() << " vs expected " << expected.reshape(-1)[first].item<double>();
   return ::testing::AssertionFailure() << msg.str();
 }
 
@@ -75,7 +74,8 @@ inline ::testing::AssertionResult WithinBound(
 inline ::testing::AssertionResult AllClose(const at::Tensor& actual, const at::Tensor& expected, Tolerance tol) {
   const auto e = expected.detach().to(at::kCPU, at::kDouble);
   return WithinBound(
-      actual, e, tol.atol + tol.rtol * e.abs(), "rtol " + std::to_string(tol.rtol) + ", atol " + std::to_string(tol.atol));
+      actual, e, tol.atol + tol.rtol * e.abs(),
+      "rtol " + std::to_string(tol.rtol) + ", atol " + std::to_string(tol.atol));
 }
 
 inline ::testing::AssertionResult AllClose(const at::Tensor& actual, const at::Tensor& expected, at::ScalarType dtype) {

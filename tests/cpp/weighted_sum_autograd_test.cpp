@@ -18,7 +18,9 @@ using custom_ops_test::random;
 constexpr int64_t kRows = 5;
 constexpr int64_t kCols = 67;
 
-at::Tensor as_double(const at::Tensor& t) { return t.detach().to(at::kCPU, at::kDouble); }
+at::Tensor as_double(const at::Tensor& t) {
+  return t.detach().to(at::kCPU, at::kDouble);
+}
 
 // The terms whose sums over the broadcast dimensions are the analytic gradients of
 // sum(g * w * x^2): 2*w*x*g for the input, x^2*g for the weight.
@@ -137,8 +139,8 @@ TEST_F(WeightedSumAutograd, SecondOrderGradientsMatchAnalytic) {
   const auto w_const = random({kCols}, at::kDouble);
   const auto gx = torch::autograd::grad(
       {custom::weighted_sum(x_only, w_const).sum()}, {x_only}, {}, /*retain_graph=*/true, /*create_graph=*/true)[0];
-  EXPECT_TRUE(AllClose(torch::autograd::grad({gx.sum()}, {x_only})[0], (2 * w_const).expand({kRows, kCols}),
-                       at::kDouble));
+  EXPECT_TRUE(
+      AllClose(torch::autograd::grad({gx.sum()}, {x_only})[0], (2 * w_const).expand({kRows, kCols}), at::kDouble));
   auto w_only = random({kCols}, at::kDouble).requires_grad_();
   const auto x_const = random({kRows, kCols}, at::kDouble);
   const auto gw = torch::autograd::grad(
@@ -215,10 +217,10 @@ TEST_F(WeightedSumAutograd, BackwardOpReturnsExactlyTheRequestedGradients) {
       {"half", random({kRows, kCols}, at::kHalf), random({kRows, kCols}, at::kHalf), random({kCols}, at::kHalf)},
   };
   for (const auto& c : cases) {
-    for (const std::array<bool, 2> mask : {std::array{true, true}, std::array{true, false}, std::array{false, true},
-                                           std::array{false, false}}) {
-      SCOPED_TRACE(std::string(c.name) + ", mask {" + (mask[0] ? "true" : "false") + ", " +
-                   (mask[1] ? "true" : "false") + "}");
+    for (const std::array<bool, 2> mask :
+         {std::array{true, true}, std::array{true, false}, std::array{false, true}, std::array{false, false}}) {
+      SCOPED_TRACE(
+          std::string(c.name) + ", mask {" + (mask[0] ? "true" : "false") + ", " + (mask[1] ? "true" : "false") + "}");
       const auto [grad_input, grad_weight] = custom::weighted_sum_backward(c.grad, c.input, c.weight, mask);
       ASSERT_EQ(grad_input.defined(), mask[0]);
       ASSERT_EQ(grad_weight.defined(), mask[1]);

@@ -13,8 +13,8 @@
 namespace {
 
 using custom::detail::BackwardLayout;
-using custom::detail::plan_backward;
 using custom::detail::PerChannelShape;
+using custom::detail::plan_backward;
 
 const auto kFloat = torch::TensorOptions().dtype(torch::kFloat);
 
@@ -22,8 +22,7 @@ custom::detail::BackwardPlan plan_for(const at::Tensor& input, const at::Tensor&
   return plan_backward(torch::randn(input.sizes(), input.options()), input, weight);
 }
 
-void expect_plan(
-    const at::Tensor& input, const at::Tensor& weight, BackwardLayout layout, PerChannelShape shape) {
+void expect_plan(const at::Tensor& input, const at::Tensor& weight, BackwardLayout layout, PerChannelShape shape) {
   SCOPED_TRACE(::testing::Message() << "input " << input.sizes() << ", weight " << weight.sizes());
   const auto plan = plan_for(input, weight);
   ASSERT_EQ(plan.layout, layout);
@@ -33,8 +32,9 @@ void expect_plan(
 }
 
 void expect_generic(const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight) {
-  SCOPED_TRACE(::testing::Message() << "input " << input.sizes() << " " << input.strides() << ", weight "
-                                    << weight.sizes() << " " << weight.strides());
+  SCOPED_TRACE(
+      ::testing::Message() << "input " << input.sizes() << " " << input.strides() << ", weight " << weight.sizes()
+                           << " " << weight.strides());
   EXPECT_EQ(plan_backward(grad, input, weight).layout, BackwardLayout::Generic);
 }
 
@@ -55,7 +55,8 @@ TEST(WeightedSumBackwardPlan, PerChannelLayoutsGetTheirPath) {
     expect_plan(torch::randn({4, 8, 5, 6}, o), torch::randn({1, 8, 1, 1}, o), BackwardLayout::ChannelNCHW, {4, 8, 30});
     expect_plan(torch::randn({4, 8, 5, 6}, o), torch::randn({8, 5, 1}, o), BackwardLayout::ChannelNCHW, {4, 40, 6});
     // Size-1 dimensions of the input between kept ones do not split the channel run.
-    expect_plan(torch::randn({4, 8, 1, 5, 6}, o), torch::randn({8, 1, 5, 1}, o), BackwardLayout::ChannelNCHW, {4, 40, 6});
+    expect_plan(
+        torch::randn({4, 8, 1, 5, 6}, o), torch::randn({8, 1, 5, 1}, o), BackwardLayout::ChannelNCHW, {4, 40, 6});
   }
 }
 
@@ -87,7 +88,8 @@ TEST(WeightedSumBackwardPlan, EverythingElseIsGeneric) {
   // Column runs too short to vectorize.
   expect_generic(torch::randn({300, 100}, kFloat), torch::randn({300, 100}, kFloat), torch::randn({300, 1}, kFloat));
   // An outer count of one with short planes is a column of short runs.
-  expect_generic(torch::randn({1, 8, 5, 6}, kFloat), torch::randn({1, 8, 5, 6}, kFloat), torch::randn({8, 1, 1}, kFloat));
+  expect_generic(
+      torch::randn({1, 8, 5, 6}, kFloat), torch::randn({1, 8, 5, 6}, kFloat), torch::randn({8, 1, 1}, kFloat));
   // Empty.
   expect_generic(torch::randn({0, 96}, kFloat), torch::randn({0, 96}, kFloat), w);
 }
@@ -101,9 +103,9 @@ struct Case {
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = {
-      {{67, 45}, {45}},           {{130, 1024}, {1024}}, {{37, 300}, {37, 1}},
-      {{6, 4500}, {6, 1}},        {{3, 5, 7, 9}, {5, 1, 1}}, {{70, 3, 2, 2}, {3, 1, 1}},
-      {{2, 4, 50, 60}, {4, 1, 1}}, {{16, 4, 8, 8}, {4, 1, 1}}, {{1030, 96}, {96}},
+      {{67, 45}, {45}},          {{130, 1024}, {1024}},      {{37, 300}, {37, 1}},        {{6, 4500}, {6, 1}},
+      {{3, 5, 7, 9}, {5, 1, 1}}, {{70, 3, 2, 2}, {3, 1, 1}}, {{2, 4, 50, 60}, {4, 1, 1}}, {{16, 4, 8, 8}, {4, 1, 1}},
+      {{1030, 96}, {96}},
   };
   return all;
 }
@@ -111,7 +113,10 @@ const std::vector<Case>& cases() {
 // A contiguous tensor starting `offset` elements into a larger one (a misaligned pointer).
 at::Tensor random_at(const std::vector<int64_t>& shape, at::ScalarType dtype, int64_t offset) {
   const int64_t numel = c10::multiply_integers(shape);
-  return torch::randn({numel + offset}, torch::TensorOptions().dtype(torch::kDouble)).to(dtype).slice(0, offset).view(shape);
+  return torch::randn({numel + offset}, torch::TensorOptions().dtype(torch::kDouble))
+      .to(dtype)
+      .slice(0, offset)
+      .view(shape);
 }
 
 // Every layout, dtype, alignment and output mask on `device` against float64; one gradient alone
@@ -121,7 +126,8 @@ void check_values(const c10::Device device) {
     for (const auto& c : cases()) {
       for (const int64_t offset : {0, 1}) {
         SCOPED_TRACE(
-            ::testing::Message() << c10::toString(dtype) << " input " << at::IntArrayRef(c.input) << " offset " << offset);
+            ::testing::Message() << c10::toString(dtype) << " input " << at::IntArrayRef(c.input) << " offset "
+                                 << offset);
         const auto x = random_at(c.input, dtype, offset).to(device);
         const auto g = random_at(c.input, dtype, offset + 2).to(device);
         const auto w = random_at(c.weight, dtype, offset).to(device);
@@ -136,9 +142,10 @@ void check_values(const c10::Device device) {
         const double eps = dtype == torch::kDouble ? 0x1p-53 : 0x1p-24;
         const auto [both_input, both_weight] = custom::weighted_sum_backward(g, x, w, {true, true});
         EXPECT_TRUE(custom_ops_test::AllClose(both_input, expected_input, {2 * tol.rtol, tol.atol}));
-        EXPECT_TRUE(custom_ops_test::WithinBound(
-            both_weight, expected_weight, tol.rtol * expected_weight.abs() + 64 * eps * scale + tol.atol,
-            "grad_weight"));
+        EXPECT_TRUE(
+            custom_ops_test::WithinBound(
+                both_weight, expected_weight, tol.rtol * expected_weight.abs() + 64 * eps * scale + tol.atol,
+                "grad_weight"));
         const auto [only_input, no_weight] = custom::weighted_sum_backward(g, x, w, {true, false});
         EXPECT_FALSE(no_weight.defined());
         EXPECT_TRUE(torch::equal(only_input, both_input));
@@ -150,7 +157,9 @@ void check_values(const c10::Device device) {
   }
 }
 
-TEST(WeightedSumBackwardPerChannel, CpuValuesForEveryLayoutDtypeMaskAndAlignment) { check_values(torch::kCPU); }
+TEST(WeightedSumBackwardPerChannel, CpuValuesForEveryLayoutDtypeMaskAndAlignment) {
+  check_values(torch::kCPU);
+}
 
 // Also what compute-sanitizer's memcheck and racecheck run over the CUDA kernels (`*Cuda*`).
 TEST(WeightedSumBackwardPerChannelCuda, ValuesForEveryLayoutDtypeMaskAndAlignment) {

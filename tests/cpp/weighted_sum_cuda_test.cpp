@@ -60,8 +60,9 @@ TEST_F(WeightedSumCuda, ValuesMatchReferenceForEachDtypePairAndBroadcast) {
   for (const auto dtype : kFloatingDtypes) {
     SCOPED_TRACE(c10::toString(dtype));
     const auto x = random({kRows, kCols}, dtype, cuda);
-    for (const auto& w : {random({kRows, kCols}, dtype, cuda), random({kCols}, dtype, cuda),
-                          random({kRows, 1}, dtype, cuda), random({}, dtype, cuda)}) {
+    for (const auto& w :
+         {random({kRows, kCols}, dtype, cuda), random({kCols}, dtype, cuda), random({kRows, 1}, dtype, cuda),
+          random({}, dtype, cuda)}) {
       SCOPED_TRACE("weight shape " + c10::str(w.sizes()));
       EXPECT_TRUE(IsWeightedSumOf(custom::weighted_sum(x, w), x, w));
     }
@@ -87,7 +88,8 @@ TEST_F(WeightedSumCuda, ValuesMatchReferenceForEachDtypePairAndBroadcast) {
   EXPECT_TRUE(torch::equal(custom::weighted_sum(x, w), w * x.square()));
   const auto xh = random({kRows, kCols}, at::kHalf, cuda);
   const auto wh = random({kRows, kCols}, at::kHalf, cuda);
-  EXPECT_TRUE(torch::equal(custom::weighted_sum(xh, wh), (wh.to(at::kFloat) * xh.to(at::kFloat).square()).to(at::kHalf)));
+  EXPECT_TRUE(
+      torch::equal(custom::weighted_sum(xh, wh), (wh.to(at::kFloat) * xh.to(at::kFloat).square()).to(at::kHalf)));
 }
 
 TEST_F(WeightedSumCuda, NonContiguousMisalignedZeroDimEmptyAndLargeOperandsMatchReference) {
@@ -171,10 +173,10 @@ TEST_F(WeightedSumCuda, AutogradAndBackwardOpGiveAnalyticGradients) {
     const auto g = random({kRows, kCols}, at::kFloat, cuda);
     const auto x = random({kRows, kCols}, at::kFloat, cuda);
     for (const auto& w : {random({kRows, kCols}, at::kFloat, cuda), random({kCols}, at::kFloat, cuda)}) {
-      for (const std::array<bool, 2> mask : {std::array{true, true}, std::array{true, false}, std::array{false, true},
-                                             std::array{false, false}}) {
-        SCOPED_TRACE("weight shape " + c10::str(w.sizes()) + ", mask " + std::to_string(mask[0]) +
-                     std::to_string(mask[1]));
+      for (const std::array<bool, 2> mask :
+           {std::array{true, true}, std::array{true, false}, std::array{false, true}, std::array{false, false}}) {
+        SCOPED_TRACE(
+            "weight shape " + c10::str(w.sizes()) + ", mask " + std::to_string(mask[0]) + std::to_string(mask[1]));
         const auto [gi, gw] = custom::weighted_sum_backward(g, x, w, mask);
         ASSERT_EQ(gi.defined(), mask[0]);
         ASSERT_EQ(gw.defined(), mask[1]);

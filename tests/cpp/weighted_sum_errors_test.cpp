@@ -19,18 +19,21 @@ constexpr int64_t kCols = 6;
 TEST(WeightedSumErrors, IntegerBoolAndComplexDtypesAreRejectedNamingTheArgument) {
   const auto good = random({kCols}, at::kFloat);
   EXPECT_THROW(custom::weighted_sum(torch::ones({kCols}, torch::kInt), good), std::exception);
-  for (const auto dtype : {at::kByte, at::kChar, at::kShort, at::kInt, at::kLong, at::kBool, at::kComplexFloat,
-                           at::kComplexDouble}) {
+  for (const auto dtype :
+       {at::kByte, at::kChar, at::kShort, at::kInt, at::kLong, at::kBool, at::kComplexFloat, at::kComplexDouble}) {
     SCOPED_TRACE(c10::toString(dtype));
     const auto bad = torch::ones({kCols}, torch::dtype(dtype));
     EXPECT_C10_ERROR(
-        custom::weighted_sum(bad, good), "custom::weighted_sum: input must have dtype float16, bfloat16, float32 or "
-                                         "float64, got", c10::toString(dtype));
+        custom::weighted_sum(bad, good),
+        "custom::weighted_sum: input must have dtype float16, bfloat16, float32 or "
+        "float64, got",
+        c10::toString(dtype));
     EXPECT_C10_ERROR(custom::weighted_sum(good, bad), "custom::weighted_sum: weight must have dtype");
     auto out = torch::empty({kCols});
     EXPECT_C10_ERROR(custom::weighted_sum_out(out, bad, good), "custom::weighted_sum.out: input must have dtype");
     EXPECT_C10_ERROR(
-        custom::weighted_sum_backward(good, good, bad, {true, true}), "custom::weighted_sum_backward: weight must have dtype");
+        custom::weighted_sum_backward(good, good, bad, {true, true}),
+        "custom::weighted_sum_backward: weight must have dtype");
   }
 }
 
@@ -90,8 +93,8 @@ TEST(WeightedSumErrors, OperandsOnDifferentDevicesAreRejectedNamingBoth) {
   const auto x = random({kCols}, at::kFloat);
   const auto w = torch::empty({kCols}, torch::dtype(at::kFloat).device(at::kMeta));
   EXPECT_C10_ERROR(
-      custom::weighted_sum(x, w), "custom::weighted_sum: expected input and weight on the same device",
-      "input on cpu", "weight on meta");
+      custom::weighted_sum(x, w), "custom::weighted_sum: expected input and weight on the same device", "input on cpu",
+      "weight on meta");
   EXPECT_C10_ERROR(custom::weighted_sum(w, x), "input on meta", "weight on cpu");
   auto self = random({kCols}, at::kFloat);
   EXPECT_C10_ERROR(custom::weighted_sum_(self, w), "expected self and weight on the same device");
@@ -106,8 +109,8 @@ TEST(WeightedSumErrors, BackwardRejectsBadGradNamingIt) {
   EXPECT_C10_ERROR(
       custom::weighted_sum_backward(torch::ones({3, kCols}, torch::kInt), x, w, {true, false}), "grad must have dtype");
   EXPECT_C10_ERROR(
-      custom::weighted_sum_backward(random({3, kCols}, at::kFloat), torch::ones({3, kCols}, torch::kLong), w,
-                                    {false, true}),
+      custom::weighted_sum_backward(
+          random({3, kCols}, at::kFloat), torch::ones({3, kCols}, torch::kLong), w, {false, true}),
       "input must have dtype");
   EXPECT_C10_ERROR(
       custom::weighted_sum_backward(random({3, kCols}, at::kFloat), x, random({4}, at::kFloat), {true, true}),

@@ -11,9 +11,13 @@
 
 namespace {
 
-at::Tensor composite(const at::Tensor& x, const at::Tensor& w) { return w * x.square(); }
+at::Tensor composite(const at::Tensor& x, const at::Tensor& w) {
+  return w * x.square();
+}
 
-at::Tensor random(at::IntArrayRef shape) { return torch::randn(shape, torch::kDouble); }
+at::Tensor random(at::IntArrayRef shape) {
+  return torch::randn(shape, torch::kDouble);
+}
 
 // A forward-AD level for one test, as Python's `with forward_ad.dual_level()`.
 class DualLevel {

@@ -135,12 +135,14 @@ TEST(CudaForwardLayout, EverythingElseStaysWithGpuKernel) {
   // Mixed dtypes: casting belongs to gpu_kernel. (On the CPU, TensorIterator would cast to
   // temporaries first; on Meta it leaves the dtypes as given, as it does on CUDA.)
   const auto meta = torch::TensorOptions().device(torch::kMeta);
-  EXPECT_EQ(plan_for(torch::empty({64, 96}, meta), torch::empty({96}, meta.dtype(torch::kDouble))).layout,
-            ForwardLayout::Generic);
-  EXPECT_EQ(plan_for(torch::empty({64, 96}, meta.dtype(torch::kDouble)), torch::empty({64, 96}, meta),
-                     torch::empty({96}, meta))
-                .layout,
-            ForwardLayout::Generic);
+  EXPECT_EQ(
+      plan_for(torch::empty({64, 96}, meta), torch::empty({96}, meta.dtype(torch::kDouble))).layout,
+      ForwardLayout::Generic);
+  EXPECT_EQ(
+      plan_for(
+          torch::empty({64, 96}, meta.dtype(torch::kDouble)), torch::empty({64, 96}, meta), torch::empty({96}, meta))
+          .layout,
+      ForwardLayout::Generic);
   // The same layouts with one dtype: the broadcast kernel.
   EXPECT_EQ(plan_for(torch::empty({64, 96}, meta), torch::empty({96}, meta)).layout, ForwardLayout::Broadcast);
   // Strided in both dimensions (every other column).

@@ -150,8 +150,8 @@ TEST_F(WeightedSumOut, OutThatIsAnInputAndMustGrowIsRefusedWithAtensWordingUntou
   const auto x_copy = x.clone();
   const void* x_storage = x.data_ptr();
   EXPECT_C10_ERROR(
-      custom::weighted_sum_out(x, x, w), "custom::weighted_sum.out: ",
-      "output with shape [1, 2, 2] doesn't match the broadcast shape [2, 1, 2, 2]");
+      custom::weighted_sum_out(x, x, w),
+      "custom::weighted_sum.out: ", "output with shape [1, 2, 2] doesn't match the broadcast shape [2, 1, 2, 2]");
   expect_untouched(x, x_copy, x_storage);
 
   const auto input = random({2}, at::kDouble);

@@ -42,9 +42,8 @@ TEST_F(WeightedSumValues, SameShapeMatchesReferenceForEachDtype) {
 
 TEST_F(WeightedSumValues, MixedDtypesPromoteLikeResultType) {
   const std::vector<std::pair<at::ScalarType, at::ScalarType>> pairs = {
-      {at::kHalf, at::kFloat},      {at::kFloat, at::kHalf},    {at::kBFloat16, at::kFloat},
-      {at::kHalf, at::kBFloat16},   {at::kBFloat16, at::kHalf}, {at::kFloat, at::kDouble},
-      {at::kDouble, at::kBFloat16}, {at::kHalf, at::kDouble},
+      {at::kHalf, at::kFloat},    {at::kFloat, at::kHalf},   {at::kBFloat16, at::kFloat},  {at::kHalf, at::kBFloat16},
+      {at::kBFloat16, at::kHalf}, {at::kFloat, at::kDouble}, {at::kDouble, at::kBFloat16}, {at::kHalf, at::kDouble},
   };
   for (const auto& [input_dtype, weight_dtype] : pairs) {
     SCOPED_TRACE(std::string(c10::toString(input_dtype)) + " input, " + c10::toString(weight_dtype) + " weight");
@@ -114,8 +113,11 @@ TEST_F(WeightedSumValues, TransposedSlicedOffsetAndExpandedOperandsMatchReferenc
     ASSERT_EQ(offset.storage_offset(), 1);
     ASSERT_EQ(expanded.stride(0), 0);
     const std::vector<std::pair<const char*, at::Tensor>> layouts = {
-        {"contiguous", contiguous}, {"transposed", transposed}, {"sliced with step 2", sliced},
-        {"offset by one", offset},  {"expanded", expanded}};
+        {"contiguous", contiguous},
+        {"transposed", transposed},
+        {"sliced with step 2", sliced},
+        {"offset by one", offset},
+        {"expanded", expanded}};
     for (const auto& [input_name, x] : layouts) {
       for (const auto& [weight_name, w] : layouts) {
         SCOPED_TRACE(std::string(input_name) + " input, " + weight_name + " weight");

@@ -3,6 +3,7 @@
 The names tests share (REPO, LIBRARY, HAS_GPU, CUDA_BUILT, DEVICES) live in environment.py. Before
 any test, checks the C++ compiler that Inductor builds with (torch.compile on CPU, AOTInductor).
 """
+
 import sys
 
 import pytest
@@ -32,7 +33,9 @@ def pytest_sessionstart(session):
         pytest.exit(
             f"Inductor's C++ compiler {compiler} links libstdc++ statically: the graphs it compiles would "
             "crash this process. Run the tests with CXX set to a compiler that links libstdc++.so "
-            "(e.g. CXX=/usr/bin/g++).", returncode=3)
+            "(e.g. CXX=/usr/bin/g++).",
+            returncode=3,
+        )
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -10,6 +10,7 @@ directory on sys.path). conftest.py loads LIBRARY before any test module is impo
   CUDA_BUILT  the loaded library registered CUDA kernels
   DEVICES     parameters for a device-parametrized test: cpu, and cuda when it can run
 """
+
 import os
 import pathlib
 import shutil
@@ -54,7 +55,10 @@ def links_libstdcxx_statically(compiler: str) -> bool | None:
     with tempfile.TemporaryDirectory() as scratch:
         probe = pathlib.Path(scratch) / "probe"
         subprocess.run(
-            [compiler, "-x", "c++", "-", "-o", str(probe)], check=True, capture_output=True, text=True,
+            [compiler, "-x", "c++", "-", "-o", str(probe)],
+            check=True,
+            capture_output=True,
+            text=True,
             input="#include <sstream>\nint main() { std::ostringstream s; s << 42; return 0; }\n",
         )
         headers = subprocess.run([objdump, "-p", str(probe)], check=True, capture_output=True, text=True).stdout

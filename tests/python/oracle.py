@@ -22,6 +22,7 @@ identical copies of the same arguments (same buffers, views and aliasing) and as
 Ours computing where ATen raises is a failure, as is anything else. `judge_transform` (at the end)
 judges the same calls under torch.func.grad, torch.func.jvp and torch.vmap.
 """
+
 from __future__ import annotations
 
 import collections
@@ -93,8 +94,13 @@ OPERATORS = (
         overloads=(
             # inferred_strides False: to be turned on when ours follows the inputs' layout too.
             Overload("weighted_sum", FUNCTIONAL, lambda a: OPS.weighted_sum(a["input"], a["weight"]), False, 1000),
-            Overload("weighted_sum.out", OUT,
-                     lambda a: OPS.weighted_sum.out(a["input"], a["weight"], out=a["out"]), False, 1500),
+            Overload(
+                "weighted_sum.out",
+                OUT,
+                lambda a: OPS.weighted_sum.out(a["input"], a["weight"], out=a["out"]),
+                False,
+                1500,
+            ),
             Overload("weighted_sum_", INPLACE, lambda a: OPS.weighted_sum_(a["self"], a["weight"]), False, 1000),
         ),
         out_rules=lambda a: torch.mul(a["input"], a["weight"], out=a["out"]),
@@ -107,8 +113,9 @@ OPERATORS = (
         name="weighted_sum",
         composite=weighted_sum_composite,
         overloads=(
-            Overload("weighted_sum.Scalar", FUNCTIONAL, lambda a: OPS.weighted_sum.Scalar(a["input"], a["weight"]),
-                     True, 500),
+            Overload(
+                "weighted_sum.Scalar", FUNCTIONAL, lambda a: OPS.weighted_sum.Scalar(a["input"], a["weight"]), True, 500
+            ),
         ),
         out_rules=None,
         inplace_rules=None,
@@ -131,7 +138,7 @@ OVERLOADS = {overload.name: (op, overload) for op in OPERATORS for overload in o
 class Refusal:
     name: str
     readme: str  # the README's wording
-    applies: Callable[["Case", dict], bool]  # whether this call is such a case
+    applies: Callable[[Case, dict], bool]  # whether this call is such a case
     message: str  # a regex our error message matches
 
 
@@ -142,7 +149,8 @@ def _tensors(args):
 def _non_float(case, args):
     # A complex number as a .Scalar weight makes the result complex, as a complex tensor would.
     return any(t.dtype not in FLOAT_DTYPES for t in _tensors(args)) or any(
-        isinstance(v, complex) for v in args.values())
+        isinstance(v, complex) for v in args.values()
+    )
 
 
 def _cpu_scalar_with_accelerator(case, args):
@@ -155,8 +163,7 @@ def _out_resized_over_an_input(case, args):
     if out is None or tuple(out.shape) == case.result_shape:
         return False
     return any(
-        t is not out and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
-        for t in _tensors(args)
+        t is not out and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr() for t in _tensors(args)
     )
 
 
@@ -304,7 +311,7 @@ def _call_source(overload, names):
 def repro(case, device):
     """Python that makes this call again (run it from tests/python)."""
     _, overload = OVERLOADS[case.overload]
-    return "\n".join(_setup_source(case, device) + [_call_source(overload, [n for n, _ in case.args])])
+    return "\n".join([*_setup_source(case, device), _call_source(overload, [n for n, _ in case.args])])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,7 +334,7 @@ def _call(fn):
         warnings.simplefilter("always")
         try:
             return fn(), None
-        except Exception as error:  # noqa: BLE001: every exception is judged below
+        except Exception as error:
             return None, error
 
 
@@ -359,9 +366,7 @@ def _written_mask(buffer, target):
 
 
 def _untouched_outside(buffers, before, target):
-    return all(
-        _nan_equal(b[~_written_mask(b, target)], s[~_written_mask(b, target)]) for b, s in zip(buffers, before)
-    )
+    return all(_nan_equal(b[~_written_mask(b, target)], s[~_written_mask(b, target)]) for b, s in zip(buffers, before))
 
 
 def _operands(op, overload, args):
@@ -394,8 +399,11 @@ def _aten_defined(op, overload, args, buffers, before, clean):
     copies = {k: _clean(v) for k, v in clean.items()}
     rules = op.out_rules if overload.kind == OUT else op.inplace_rules
     _, error = _call(lambda: rules(copies))
-    return error is None and _nan_equal(args[target_name], copies[target_name]) and _untouched_outside(
-        buffers, before, args[target_name])
+    return (
+        error is None
+        and _nan_equal(args[target_name], copies[target_name])
+        and _untouched_outside(buffers, before, args[target_name])
+    )
 
 
 def _opmath(dtype):
@@ -431,16 +439,21 @@ def _check_values(op, operands, dtype, actual, what):
     overflow = ~finite & ~reference.isnan()
     assert torch.equal(actual[overflow], reference[overflow].sign() * float("inf")), f"{what}: overflow not inf"
     torch.testing.assert_close(
-        actual[finite], reference[finite], equal_nan=True,
-        rtol=ROUNDING[dtype][0] + ROUNDING[cast][0], atol=ROUNDING[dtype][1] + ROUNDING[cast][1],
-        msg=lambda m: f"{what}: not within one rounding of the float64 composite\n{m}")
+        actual[finite],
+        reference[finite],
+        equal_nan=True,
+        rtol=ROUNDING[dtype][0] + ROUNDING[cast][0],
+        atol=ROUNDING[dtype][1] + ROUNDING[cast][1],
+        msg=lambda m: f"{what}: not within one rounding of the float64 composite\n{m}",
+    )
 
 
 def _check_error(error, op_name, what):
     assert isinstance(error, RuntimeError), f"{what}: ours raised {type(error).__name__}, not a RuntimeError: {error}"
     message = str(error)
     assert op_name in message or any(re.search(p, message) for p in ATEN_MESSAGES), (
-        f"{what}: our error names neither the op nor is ATen's own: {message}")
+        f"{what}: our error names neither the op nor is ATen's own: {message}"
+    )
 
 
 def judge(case, device):
@@ -471,8 +484,10 @@ def judge(case, device):
             else:
                 refusal = [r for r in REFUSALS if r.applies(case, our_args) and re.search(r.message, str(our_error))]
                 if not (isinstance(our_error, RuntimeError) and refusal):
-                    raise OracleFailure(f"ours raised where ATen computes, not a documented refusal: "
-                                        f"{type(our_error).__name__}: {our_error}")
+                    raise OracleFailure(
+                        f"ours raised where ATen computes, not a documented refusal: "
+                        f"{type(our_error).__name__}: {our_error}"
+                    )
                 outcome = f"{REFUSED} ({refusal[0].name})"
             assert all(_nan_equal(b, s) for b, s in zip(our_buffers, before)), f"{outcome}: ours wrote memory"
             if target_name and (outcome != BOTH_RAISED or _layout(aten_args[target_name]) == aten_target_layout):
@@ -485,12 +500,19 @@ def judge(case, device):
         dtype = aten_value.dtype
         if overload.kind == FUNCTIONAL:
             assert isinstance(ours, torch.Tensor), f"ours returned {type(ours).__name__}"
-            assert (ours.dtype, tuple(ours.shape), ours.device) == (dtype, tuple(aten_value.shape), aten_value.device), (
+            assert (ours.dtype, tuple(ours.shape), ours.device) == (
+                dtype,
+                tuple(aten_value.shape),
+                aten_value.device,
+            ), (
                 f"dtype/shape/device: ours {ours.dtype} {tuple(ours.shape)} {ours.device}, "
-                f"ATen {dtype} {tuple(aten_value.shape)} {aten_value.device}")
+                f"ATen {dtype} {tuple(aten_value.shape)} {aten_value.device}"
+            )
             assert ours.requires_grad == aten_value.requires_grad, "requires_grad differs from ATen's"
             if overload.inferred_strides:
-                assert ours.stride() == aten_value.stride(), f"strides: ours {ours.stride()}, ATen {aten_value.stride()}"
+                assert ours.stride() == aten_value.stride(), (
+                    f"strides: ours {ours.stride()}, ATen {aten_value.stride()}"
+                )
             _check_values(op, operands, dtype, ours, "result")
             assert all(_nan_equal(b, s) for b, s in zip(our_buffers, before)), "an input was written"
         else:
@@ -498,11 +520,13 @@ def judge(case, device):
             target, aten_target = our_args[target_name], aten_args[target_name]
             assert (target.dtype, tuple(target.shape)) == (aten_target.dtype, tuple(aten_target.shape)), (
                 f"{target_name}: ours {target.dtype} {tuple(target.shape)}, ATen {aten_target.dtype} "
-                f"{tuple(aten_target.shape)}")
+                f"{tuple(aten_target.shape)}"
+            )
             resized = tuple(aten_target.shape) != aten_target_layout[0]
             if (overload.inferred_strides or not resized) and target.numel() > 0:
                 assert target.stride() == aten_target.stride(), (
-                    f"{target_name} strides: ours {target.stride()}, ATen {aten_target.stride()}")
+                    f"{target_name} strides: ours {target.stride()}, ATen {aten_target.stride()}"
+                )
             _check_values(op, operands, dtype, target, target_name)
             assert _untouched_outside(our_buffers, before, target), f"ours wrote outside {target_name}"
         return COMPUTED
@@ -510,7 +534,8 @@ def judge(case, device):
         aten_said = f"{type(aten_error).__name__}: {aten_error}" if aten_error else "computed"
         ours_said = f"{type(our_error).__name__}: {our_error}" if our_error else "computed"
         raise OracleFailure(
-            f"{failure}\nATen: {aten_said}\nours: {ours_said}\nreproduce:\n{repro(case, device)}") from None
+            f"{failure}\nATen: {aten_said}\nours: {ours_said}\nreproduce:\n{repro(case, device)}"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -637,10 +662,12 @@ def repro_transform(t, device):
 
 def _float64(args, absolute):
     """Float64 copies of the arguments (their absolute values, when `absolute`)."""
+
     def convert(v):
         if isinstance(v, torch.Tensor):
             v = v.detach().to(torch.float64, copy=True)  # the transform may write it (in place on the input)
         return abs(v) if absolute else v
+
     return {k: convert(v) for k, v in args.items()}
 
 
@@ -658,15 +685,18 @@ def _check_close(actual, reference, magnitude, rounding, terms, what):
         raise AssertionError(
             f"{what}: {int(bad.sum())} of {bad.numel()} values further than {TRANSFORM_SLACK} + {terms} roundings "
             f"from the float64 composite's, e.g. at {i}: ours {actual[i].item()!r}, float64 "
-            f"{reference[i].item()!r}, allowed error {bound[i].item():.3g}\nours={actual}\nfloat64={reference}")
+            f"{reference[i].item()!r}, allowed error {bound[i].item():.3g}\nours={actual}\nfloat64={reference}"
+        )
 
 
 def _check_transformed(t, op, overload, args, clean, ours, expected):
     """Both computed: ours against the composite's result under the transform (see above)."""
+
     def same_kind(got, want, what):
         assert isinstance(got, torch.Tensor), f"{what}: ours returned {type(got).__name__}"
         assert (got.dtype, tuple(got.shape)) == (want.dtype, tuple(want.shape)), (
-            f"{what} dtype/shape: ours {got.dtype} {tuple(got.shape)}, composite {want.dtype} {tuple(want.shape)}")
+            f"{what} dtype/shape: ours {got.dtype} {tuple(got.shape)}, composite {want.dtype} {tuple(want.shape)}"
+        )
 
     op_names = [n for n, _ in t.case.args if n not in TRANSFORM_ARGS]
     if t.transform == VMAP:
@@ -730,10 +760,14 @@ def _check_empty_batch(t, op, overload, clean, ours):
         else:
             example[name] = v
     example = _alias(t.case, example)
-    want = (op.composite(**_operands(op, overload, example)) if overload.kind == FUNCTIONAL
-            else example["out" if overload.kind == OUT else "self"])
+    want = (
+        op.composite(**_operands(op, overload, example))
+        if overload.kind == FUNCTIONAL
+        else example["out" if overload.kind == OUT else "self"]
+    )
     assert isinstance(ours, torch.Tensor) and (ours.dtype, tuple(ours.shape)) == (want.dtype, (0, *want.shape)), (
-        f"empty batch: ours {ours.dtype} {tuple(ours.shape)}, ATen per example {want.dtype} {tuple(want.shape)}")
+        f"empty batch: ours {ours.dtype} {tuple(ours.shape)}, ATen per example {want.dtype} {tuple(want.shape)}"
+    )
 
 
 def judge_transform(t, device):
@@ -763,11 +797,16 @@ def judge_transform(t, device):
                 if (type(our_error), str(our_error)) != (type(aten_error), str(aten_error)):
                     _check_error(our_error, "custom::" + op.name, "both raised")
             else:
-                refusal = [r for r in REFUSALS
-                           if r.applies(t.case, _op_args(our_args)) and re.search(r.message, str(our_error))]
+                refusal = [
+                    r
+                    for r in REFUSALS
+                    if r.applies(t.case, _op_args(our_args)) and re.search(r.message, str(our_error))
+                ]
                 if not (isinstance(our_error, RuntimeError) and refusal):
-                    raise OracleFailure(f"ours raised where the composite computes, not a documented refusal: "
-                                        f"{type(our_error).__name__}: {our_error}")
+                    raise OracleFailure(
+                        f"ours raised where the composite computes, not a documented refusal: "
+                        f"{type(our_error).__name__}: {our_error}"
+                    )
                 outcome = f"{REFUSED} ({refusal[0].name})"
             assert all(_nan_equal(b, s) for b, s in zip(our_buffers, before)), f"{outcome}: ours wrote memory"
             return outcome
@@ -776,5 +815,7 @@ def judge_transform(t, device):
     except AssertionError as failure:
         aten_said = f"{type(aten_error).__name__}: {aten_error}" if aten_error else "computed"
         ours_said = f"{type(our_error).__name__}: {our_error}" if our_error else "computed"
-        raise OracleFailure(f"{t.transform} of {overload.name}: {failure}\ncomposite: {aten_said}\nours: {ours_said}\n"
-                            f"reproduce:\n{repro_transform(t, device)}") from None
+        raise OracleFailure(
+            f"{t.transform} of {overload.name}: {failure}\ncomposite: {aten_said}\nours: {ours_said}\n"
+            f"reproduce:\n{repro_transform(t, device)}"
+        ) from None

@@ -3,6 +3,7 @@
 Not a test module: the test files import it (pytest puts this directory on sys.path).
 Every helper that makes data draws fresh random numbers on each call.
 """
+
 import math
 import warnings
 
@@ -115,9 +116,7 @@ def assert_close_to_reference(actual, expected, dtype=None):
     """actual (of dtype `dtype`, default its own) matches the reference within dtype's tolerance."""
     dtype = dtype or actual.dtype
     rtol, atol = TOLERANCES[dtype]
-    torch.testing.assert_close(
-        actual.cpu().double(), expected.cpu().double(), rtol=rtol, atol=atol, equal_nan=False
-    )
+    torch.testing.assert_close(actual.cpu().double(), expected.cpu().double(), rtol=rtol, atol=atol, equal_nan=False)
 
 
 def assert_close_sum(actual, expected, scale, dtype, terms=1):

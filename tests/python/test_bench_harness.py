@@ -1,6 +1,7 @@
 """The benchmark harness (bench/bench_weighted_sum.py) on the CPU, at toy sizes: it checks every
 variant's values before timing, and writes one JSON row per variant, size and thread count with
 the ratios its targets are judged on."""
+
 import json
 import subprocess
 import sys
@@ -14,10 +15,30 @@ from environment import LIBRARY, REPO
 def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
     output = tmp_path / "result.json"
     command = [
-        sys.executable, str(REPO / "bench" / "bench_weighted_sum.py"), "--cpu", "--library", str(LIBRARY),
-        "--min-log2", "10", "--max-log2", "11", "--host-max-log2", "10", "--dtypes", "float32,bfloat16",
-        "--layouts", "contiguous,broadcast", "--threads", "1", "--no-compile", "--min-run-time", "0.02",
-        "--rounds", "2", "--output", str(output),
+        sys.executable,
+        str(REPO / "bench" / "bench_weighted_sum.py"),
+        "--cpu",
+        "--library",
+        str(LIBRARY),
+        "--min-log2",
+        "10",
+        "--max-log2",
+        "11",
+        "--host-max-log2",
+        "10",
+        "--dtypes",
+        "float32,bfloat16",
+        "--layouts",
+        "contiguous,broadcast",
+        "--threads",
+        "1",
+        "--no-compile",
+        "--min-run-time",
+        "0.02",
+        "--rounds",
+        "2",
+        "--output",
+        str(output),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -26,7 +47,12 @@ def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
 
     forward = [row for row in data["rows"] if row["kind"] == "forward"]
     sizes = {(row["dtype"], row["layout"], row["log2n"]) for row in forward}
-    assert sizes == {(d, l, n) for d in ("float32", "bfloat16") for l in ("contiguous", "broadcast") for n in (10, 11)}
+    assert sizes == {
+        (dtype, layout, n)
+        for dtype in ("float32", "bfloat16")
+        for layout in ("contiguous", "broadcast")
+        for n in (10, 11)
+    }
     for size in sizes:
         variants = {row["variant"]: row for row in forward if (row["dtype"], row["layout"], row["log2n"]) == size}
         assert set(variants) == {"copy", "add_out", "add", "eager", "ours", "ours_out"}
@@ -40,7 +66,8 @@ def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
     assert {row["variant"] for row in fwd_bwd} == {"ours_fwd_bwd", "eager_fwd_bwd", "add_fwd_bwd"}
     # Forward+backward runs on the contiguous and the broadcast layouts (by default).
     assert {(row["layout"], row["dtype"]) for row in fwd_bwd} == {
-        (l, d) for l in ("contiguous", "broadcast") for d in ("float32", "bfloat16")}
+        (layout, dtype) for layout in ("contiguous", "broadcast") for dtype in ("float32", "bfloat16")
+    }
     assert all(row["vs_floor"] > 0 for row in fwd_bwd)
     assert {row["variant"] for row in data["rows"] if row["kind"] == "host"} == {"ours", "add", "eager"}
     assert any(target["target"].startswith("CPU") for target in data["summary"])
@@ -49,10 +76,30 @@ def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
 def test_cpu_run_of_the_per_channel_layouts(tmp_path):
     output = tmp_path / "result.json"
     command = [
-        sys.executable, str(REPO / "bench" / "bench_weighted_sum.py"), "--cpu", "--library", str(LIBRARY),
-        "--min-log2", "10", "--max-log2", "12", "--host-max-log2", "10", "--dtypes", "float32",
-        "--layouts", "row_c1024,column_c1024,nchw_c1024", "--threads", "1", "--no-compile",
-        "--min-run-time", "0.02", "--rounds", "2", "--output", str(output),
+        sys.executable,
+        str(REPO / "bench" / "bench_weighted_sum.py"),
+        "--cpu",
+        "--library",
+        str(LIBRARY),
+        "--min-log2",
+        "10",
+        "--max-log2",
+        "12",
+        "--host-max-log2",
+        "10",
+        "--dtypes",
+        "float32",
+        "--layouts",
+        "row_c1024,column_c1024,nchw_c1024",
+        "--threads",
+        "1",
+        "--no-compile",
+        "--min-run-time",
+        "0.02",
+        "--rounds",
+        "2",
+        "--output",
+        str(output),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -61,9 +108,12 @@ def test_cpu_run_of_the_per_channel_layouts(tmp_path):
     # n >= 2C only (2^10 has no [R >= 2, 1024] shape), forward+backward without --fwd-bwd-layouts.
     shapes = {(row["layout"], row["log2n"]): row["shape"] for row in fwd_bwd}
     assert shapes == {
-        ("row_c1024", 11): [2, 1024], ("row_c1024", 12): [4, 1024],
-        ("column_c1024", 11): [2, 1024], ("column_c1024", 12): [4, 1024],
-        ("nchw_c1024", 11): [2, 1024, 1, 1], ("nchw_c1024", 12): [2, 1024, 2, 1],
+        ("row_c1024", 11): [2, 1024],
+        ("row_c1024", 12): [4, 1024],
+        ("column_c1024", 11): [2, 1024],
+        ("column_c1024", 12): [4, 1024],
+        ("nchw_c1024", 11): [2, 1024, 1, 1],
+        ("nchw_c1024", 12): [2, 1024, 2, 1],
     }
     eager = {(row["layout"], row["log2n"]): row for row in data["rows"] if row["variant"] == "eager_fwd_bwd"}
     for row in fwd_bwd:
@@ -101,8 +151,11 @@ def test_check_stops_the_run_on_wrong_or_missing_values(bench_modules):
 
 def test_results_json_is_json_with_one_line_per_row(bench_modules):
     _, report = bench_modules
-    results = {"device": "cpu", "summary": [{"target": "t", "status": "PASS"}],
-               "rows": [{"variant": "ours", "median_us": 1.5}, {"variant": "add", "median_us": 1.25}]}
+    results = {
+        "device": "cpu",
+        "summary": [{"target": "t", "status": "PASS"}],
+        "rows": [{"variant": "ours", "median_us": 1.5}, {"variant": "add", "median_us": 1.25}],
+    }
     text = report.results_json(results)
     assert json.loads(text) == results
     row_lines = [line for line in text.splitlines() if '"variant"' in line]

@@ -1,6 +1,7 @@
 """Build checks. The CUDA option: a library that claims CUDA but has no CUDA kernels is the most
 common bug in this field, so a build that should have them is checked for them, and a bad value is
 refused. The compiler: one that links libstdc++ statically is refused at configure time."""
+
 import os
 import shutil
 import subprocess
@@ -26,9 +27,19 @@ def test_a_cuda_torch_with_nvcc_gets_cuda_kernels(overload):
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
 def test_an_unknown_cuda_option_fails_the_configure(tmp_path):
     result = subprocess.run(
-        ["cmake", "-S", str(REPO), "-B", str(tmp_path), "-DCUSTOM_OPS_CUDA=SOMETIMES",
-         "-DCUSTOM_OPS_BUILD_TESTS=OFF", f"-DPython3_EXECUTABLE={sys.executable}"],
-        capture_output=True, text=True, timeout=300,
+        [
+            "cmake",
+            "-S",
+            str(REPO),
+            "-B",
+            str(tmp_path),
+            "-DCUSTOM_OPS_CUDA=SOMETIMES",
+            "-DCUSTOM_OPS_BUILD_TESTS=OFF",
+            f"-DPython3_EXECUTABLE={sys.executable}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode != 0
     assert "CUSTOM_OPS_CUDA must be AUTO, ON or OFF, got 'SOMETIMES'" in result.stdout + result.stderr
@@ -54,8 +65,16 @@ def test_a_compiler_that_links_libstdcxx_statically_fails_the_configure(tmp_path
     # Such a library would carry a second C++ runtime beside libtorch's and crash inside Python.
     # nvcc's host compiler counts too: CMake puts its library directories on our link line.
     compiler = static_libstdcxx_compiler(tmp_path)
-    command = ["cmake", "-S", str(REPO), "-B", str(tmp_path / "build"), "-DCUSTOM_OPS_CUDA=OFF",
-               "-DCUSTOM_OPS_BUILD_TESTS=OFF", f"-DPython3_EXECUTABLE={sys.executable}"]
+    command = [
+        "cmake",
+        "-S",
+        str(REPO),
+        "-B",
+        str(tmp_path / "build"),
+        "-DCUSTOM_OPS_CUDA=OFF",
+        "-DCUSTOM_OPS_BUILD_TESTS=OFF",
+        f"-DPython3_EXECUTABLE={sys.executable}",
+    ]
     env = {key: value for key, value in os.environ.items() if key not in ("CXX", "CUDAHOSTCXX")}
     if variable == "CUDAHOSTCXX":
         env["CUDAHOSTCXX"] = str(compiler)
@@ -68,8 +87,16 @@ def test_a_compiler_that_links_libstdcxx_statically_fails_the_configure(tmp_path
 
 
 def configure(build_dir, *options, env=None, prefix=None):
-    command = ["cmake", "-S", str(REPO), "-B", str(build_dir), "-DCUSTOM_OPS_BUILD_TESTS=OFF",
-               f"-DPython3_EXECUTABLE={sys.executable}", *options]
+    command = [
+        "cmake",
+        "-S",
+        str(REPO),
+        "-B",
+        str(build_dir),
+        "-DCUSTOM_OPS_BUILD_TESTS=OFF",
+        f"-DPython3_EXECUTABLE={sys.executable}",
+        *options,
+    ]
     if prefix is not None:
         command.append(f"-DCMAKE_PREFIX_PATH={prefix}")
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
@@ -81,16 +108,20 @@ def fake_torch(directory, version):
     config = directory / "share" / "cmake" / "Torch"
     config.mkdir(parents=True)
     (config / "TorchConfigVersion.cmake").write_text(
-        f'set(PACKAGE_VERSION "{version}")\nset(PACKAGE_VERSION_COMPATIBLE TRUE)\n')
+        f'set(PACKAGE_VERSION "{version}")\nset(PACKAGE_VERSION_COMPATIBLE TRUE)\n'
+    )
     (config / "TorchConfig.cmake").write_text(
-        f'set(TORCH_LIBRARY "{directory}/lib/libtorch.so")\nadd_library(torch INTERFACE IMPORTED)\n')
+        f'set(TORCH_LIBRARY "{directory}/lib/libtorch.so")\nadd_library(torch INTERFACE IMPORTED)\n'
+    )
     return directory
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
 @pytest.mark.parametrize("version", ["2.10.3", "2.16.0"])
 def test_a_torch_outside_the_supported_range_fails_the_configure(tmp_path, version):
-    code, output = configure(tmp_path / "build", "-DCUSTOM_OPS_CUDA=OFF", prefix=fake_torch(tmp_path / "torch", version))
+    code, output = configure(
+        tmp_path / "build", "-DCUSTOM_OPS_CUDA=OFF", prefix=fake_torch(tmp_path / "torch", version)
+    )
     assert code != 0
     assert f"custom-ops supports torch >= 2.11, < 2.16; found torch {version}" in output, output
 
@@ -113,16 +144,23 @@ def toolkit_root():
 
 
 @pytest.mark.skipif(
-    not (shutil.which("cmake") and shutil.which("unshare") and os.geteuid() == 0 and toolkit_root()
-         and os.path.isdir(os.path.join(toolkit_root() or "/", "bin"))),
+    not (
+        shutil.which("cmake")
+        and shutil.which("unshare")
+        and os.geteuid() == 0
+        and toolkit_root()
+        and os.path.isdir(os.path.join(toolkit_root() or "/", "bin"))
+    ),
     reason="needs root, unshare and a CUDA toolkit to hide",
 )
 def test_a_cuda_torch_configures_without_a_cuda_toolkit(tmp_path):
     # Most pip users have a CUDA build of torch and no toolkit: torch's own CMake config stops there
     # unless told not to look. The toolkit is hidden in a private mount namespace.
     root = toolkit_root()
-    script = (f"mount -t tmpfs none {root} && "
-              f"cmake -S {REPO} -B {tmp_path / 'build'} -DCUSTOM_OPS_BUILD_TESTS=OFF -DPython3_EXECUTABLE={sys.executable}")
+    script = (
+        f"mount -t tmpfs none {root} && "
+        f"cmake -S {REPO} -B {tmp_path / 'build'} -DCUSTOM_OPS_BUILD_TESTS=OFF -DPython3_EXECUTABLE={sys.executable}"
+    )
     result = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output

@@ -3,6 +3,7 @@ a training step, no graph breaks, dynamic shapes without recompiling, CUDA graph
 
 Every compiled result is compared with the same code run eagerly.
 """
+
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
@@ -108,7 +109,8 @@ def test_inplace_variant_fullgraph(device):
 
 
 @pytest.mark.parametrize(
-    "name", ["function", "module", "out_into_argument", "out_into_temporary", "inplace_on_argument", "inplace_on_temporary"]
+    "name",
+    ["function", "module", "out_into_argument", "out_into_temporary", "inplace_on_argument", "inplace_on_temporary"],
 )
 def test_no_graph_breaks(name, device):
     x, w = inputs(device)

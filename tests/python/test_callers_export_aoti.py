@@ -9,6 +9,7 @@ The install prefix is $CUSTOM_OPS_PREFIX when set (`make test` installs to ./ins
 built here, once per session, in a temp dir with CUDA off (about a minute on 2 cores). The example
 app is built once per session as well. Tests marked `slow` compile C++ (-m "not slow" skips them).
 """
+
 import os
 import pathlib
 import shutil
@@ -22,7 +23,7 @@ from environment import CUDA_BUILT, HAS_GPU, LIBRARY, REPO
 from torch_warnings import torchscript_deprecation
 
 sys.path.insert(0, str(REPO / "examples" / "python"))
-import export_models  # noqa: E402
+import export_models
 
 needs_cuda = pytest.mark.skipif(not (HAS_GPU and CUDA_BUILT), reason="needs a GPU and the CUDA kernels")
 SHAPES = [(2, 3), (5, 8), (17, 4), (64, 33)]
@@ -108,7 +109,10 @@ def load_in_fresh_process(library, package, device):
     env = {**os.environ, "TORCHINDUCTOR_VEC_ISA_OK": "1"}
     return subprocess.run(
         [sys.executable, "-c", FRESH_LOADER, str(library), str(package), device],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
 
 
@@ -133,11 +137,12 @@ def test_aoti_package_from_python_cuda(cuda_package):
 
 
 def run_command(command, cwd=None, timeout=900):
-    result = subprocess.run(
-        [str(part) for part in command], cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
+    result = subprocess.run([str(part) for part in command], cwd=cwd, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
-        pytest.fail(f"{' '.join(map(str, command))} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+        pytest.fail(
+            f"{' '.join(map(str, command))} failed ({result.returncode}):\n"
+            f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+        )
     return result
 
 
@@ -156,8 +161,18 @@ def install_prefix(tmp_path_factory):
     root = tmp_path_factory.mktemp("custom_ops_prefix")
     build, prefix = root / "build", root / "install"
     run_command(
-        ["cmake", "-S", REPO, "-B", build, *cmake_generator(), "-DCMAKE_BUILD_TYPE=Release",
-         "-DCUSTOM_OPS_CUDA=OFF", "-DCUSTOM_OPS_BUILD_TESTS=OFF", f"-DPython3_EXECUTABLE={sys.executable}"]
+        [
+            "cmake",
+            "-S",
+            REPO,
+            "-B",
+            build,
+            *cmake_generator(),
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DCUSTOM_OPS_CUDA=OFF",
+            "-DCUSTOM_OPS_BUILD_TESTS=OFF",
+            f"-DPython3_EXECUTABLE={sys.executable}",
+        ]
     )
     run_command(["cmake", "--build", build, "--parallel", str(os.cpu_count() or 2)])
     run_command(["cmake", "--install", build, "--prefix", prefix])
@@ -170,8 +185,16 @@ def cpp_app(install_prefix, tmp_path_factory):
     build = tmp_path_factory.mktemp("example_build")
     prefix_path = f"{install_prefix};{torch.utils.cmake_prefix_path}"
     run_command(
-        ["cmake", "-S", REPO / "examples" / "cpp", "-B", build, *cmake_generator(), "-DCMAKE_BUILD_TYPE=Release",
-         f"-DCMAKE_PREFIX_PATH={prefix_path}"]
+        [
+            "cmake",
+            "-S",
+            REPO / "examples" / "cpp",
+            "-B",
+            build,
+            *cmake_generator(),
+            "-DCMAKE_BUILD_TYPE=Release",
+            f"-DCMAKE_PREFIX_PATH={prefix_path}",
+        ]
     )
     run_command(["cmake", "--build", build, "--parallel", str(os.cpu_count() or 2)])
     return build / "weighted_sum_demo"
@@ -189,7 +212,9 @@ def test_cpp_app_has_no_python(cpp_app):
 def test_cpp_app_api_torchscript_and_aoti_cpu(cpp_app, models):
     result = subprocess.run(
         [str(cpp_app), "--device", "cpu", "--quiet", str(models["torchscript"]), str(models["cpu"])],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
@@ -216,7 +241,9 @@ def test_cpp_app_prints_values_and_catches_a_wrong_model(cpp_app, tmp_path):
     with torchscript_deprecation():
         torch.jit.save(torch.jit.script(Wrong()), str(tmp_path / "wrong.pt"))
     wrong = subprocess.run(
-        [str(cpp_app), "--device", "cpu", "--quiet", str(tmp_path / "wrong.pt")], capture_output=True, text=True,
+        [str(cpp_app), "--device", "cpu", "--quiet", str(tmp_path / "wrong.pt")],
+        capture_output=True,
+        text=True,
         timeout=300,
     )
     assert wrong.returncode == 1, wrong.stdout + wrong.stderr
@@ -239,7 +266,9 @@ def test_cpp_app_cuda(install_prefix, cpp_app, models, cuda_package):
         pytest.skip("the install prefix has no CUDA kernels: set CUSTOM_OPS_PREFIX to a CUDA build")
     result = subprocess.run(
         [str(cpp_app), "--device", "all", "--quiet", str(models["torchscript"]), str(cuda_package)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "custom::weighted_sum on cuda" in result.stdout

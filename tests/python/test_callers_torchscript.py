@@ -3,11 +3,11 @@ autograd through them, and torch.jit.save / torch.jit.load in a fresh process th
 library (as a deployment would). TorchScript is deprecated upstream (torch warns on torch.jit.script,
 save and load: a DeprecationWarning up to 2.13, a FutureWarning since 2.14); it stays supported here,
 and every script/save expects exactly that warning."""
+
 import subprocess
 import sys
 import textwrap
 
-import pytest
 import torch
 
 from environment import LIBRARY
@@ -122,7 +122,8 @@ LOADER = textwrap.dedent(
     x.requires_grad_()
     y = module(x)
     y.sum().backward()
-    torch.save({"module": y.detach().cpu(), "grad": x.grad.cpu(), "function": function(x.detach(), w).cpu()}, result_path)
+    results = {"module": y.detach().cpu(), "grad": x.grad.cpu(), "function": function(x.detach(), w).cpu()}
+    torch.save(results, result_path)
     """
 )
 
@@ -144,7 +145,11 @@ def test_save_and_load_in_fresh_process(device, tmp_path):
     torch.save((x, w), tmp_path / "data.pt")
 
     result = run_loader(
-        LIBRARY, tmp_path / "net.pt", tmp_path / "function.pt", tmp_path / "data.pt", tmp_path / "out.pt",
+        LIBRARY,
+        tmp_path / "net.pt",
+        tmp_path / "function.pt",
+        tmp_path / "data.pt",
+        tmp_path / "out.pt",
         device=device,
     )
     assert result.returncode == 0, result.stderr

@@ -5,6 +5,7 @@ CUSTOM_OPS_CPU_STREAMING_MIN_BYTES set (the threshold is read once per process):
 call take the streaming path, a huge value none. The streaming path must give the reference
 values, bit for bit what the cached path gives, for every dtype, alignment and row shape.
 """
+
 import os
 import pathlib
 import subprocess
@@ -82,9 +83,14 @@ def run_cases(tmp_path, threshold, capability=None):
         env["ATEN_CPU_CAPABILITY"] = capability
     result = subprocess.run(
         [sys.executable, "-c", CASES, str(LIBRARY), str(TESTS_DIR), str(saved)],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
-    assert result.returncode == 0 and result.stdout.split()[-1:] == ["ok"], result.stdout[-2000:] + result.stderr[-3000:]
+    assert result.returncode == 0 and result.stdout.split()[-1:] == ["ok"], (
+        result.stdout[-2000:] + result.stderr[-3000:]
+    )
     return torch.load(saved)
 
 
@@ -104,7 +110,10 @@ def test_a_malformed_threshold_is_ignored_with_a_warning():
         "x = torch.arange(4.0); print(torch.ops.custom.weighted_sum(x, x).tolist())"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code, str(LIBRARY)], capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", code, str(LIBRARY)],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "CUSTOM_OPS_CPU_STREAMING_MIN_BYTES": "lots"},
     )
     assert result.returncode == 0, result.stderr[-3000:]

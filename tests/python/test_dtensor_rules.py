@@ -3,6 +3,7 @@
 The rules are plain functions of the arguments' shapes and placements, checked here without a
 process group; test_dtensor_sharding.py runs them on 2 ranks.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -90,7 +91,7 @@ def test_register_needs_the_operators(monkeypatch):
 
 
 def test_forward_same_shape(sharding):
-    Shard, R, Partial = P()
+    Shard, R, _Partial = P()
     rules = sharding._weighted_sum_sharding(spec((4, 6), R), spec((4, 6), R))
     assert rules == [
         ([R], [R, R]),
@@ -100,7 +101,7 @@ def test_forward_same_shape(sharding):
 
 
 def test_forward_broadcast_weight_lines_up_right_aligned(sharding):
-    Shard, R, Partial = P()
+    Shard, R, _Partial = P()
     # weight (C,): its dim 0 is output dim 1; along output dim 0 it is broadcast (replicated).
     rules = sharding._weighted_sum_sharding(spec((4, 6), R), spec((6,), R))
     assert ([Shard(0)], [Shard(0), R]) in rules
@@ -116,7 +117,7 @@ def test_forward_broadcast_weight_lines_up_right_aligned(sharding):
 
 
 def test_forward_never_shards_a_size_one_broadcast_dim(sharding):
-    Shard, R, Partial = P()
+    Shard, R, _Partial = P()
     rules = sharding._weighted_sum_sharding(spec((4, 6), R), spec((1, 6), R))
     assert ([Shard(0)], [Shard(0), R]) in rules
     assert all(inputs[1] != Shard(0) or out == [Shard(1)] for out, inputs in rules)
@@ -126,13 +127,13 @@ def test_forward_never_shards_a_size_one_broadcast_dim(sharding):
 
 
 def test_forward_zero_dim_arguments(sharding):
-    Shard, R, Partial = P()
+    Shard, R, _Partial = P()
     assert sharding._weighted_sum_sharding(spec((), R), spec((), R)) == [([R], [R, R])]
     assert sharding._weighted_sum_sharding(spec((5,), R), spec((), R)) == [([R], [R, R]), ([Shard(0)], [Shard(0), R])]
 
 
 def test_forward_partial_only_through_weight(sharding):
-    Shard, R, Partial = P()
+    _Shard, R, Partial = P()
     rules = sharding._weighted_sum_sharding(spec((4, 6), R), spec((6,), Partial("avg")))
     assert ([Partial("avg")], [R, Partial("avg")]) in rules
     # not linear in the input: no rule keeps a Partial input
@@ -162,7 +163,7 @@ def test_backward_broadcast_gradient_is_partial_sum_over_sharded_dims(sharding):
 
 
 def test_backward_masked_gradients_have_no_placement(sharding):
-    Shard, R, Partial = P()
+    _Shard, R, _Partial = P()
     args = (spec((4, 6), R), spec((4, 6), R), spec((6,), R))
     for mask in ([True, False], [False, True], [False, False]):
         for outputs, inputs in sharding._weighted_sum_backward_sharding(*args, mask):
@@ -171,7 +172,7 @@ def test_backward_masked_gradients_have_no_placement(sharding):
 
 
 def test_backward_linear_in_grad_and_in_weight(sharding):
-    Shard, R, Partial = P()
+    _Shard, R, Partial = P()
     rules = sharding._weighted_sum_backward_sharding(
         spec((4, 6), Partial()), spec((4, 6), R), spec((6,), R), [True, True]
     )

@@ -19,6 +19,7 @@ of one mask must not be reused for another). Failures of all cases are reported 
 The library is $CUSTOM_OPS_LIBRARY, else build/libcustom_ops.so (as in environment.py); the rules come
 from the installed custom_ops package when it imports, else from python/custom_ops/sharding.py.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -35,6 +36,7 @@ import traceback
 import pytest
 import torch
 import torch.distributed as dist
+
 from reference import sum_to
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -284,7 +286,7 @@ def worker(rank, port, backend, device_type, result_dir):
                     try:
                         record = run_case(ops, mesh, device, shape_name, px_name, pw_name, seed)
                         results["cases"].append({"name": name, **record})
-                    except Exception as error:  # noqa: BLE001 - every case is reported
+                    except Exception as error:
                         results["failures"].append({"name": name, "error": _describe(error)})
         combo = 0
         for shape_name in BACKWARD_SHAPES:
@@ -310,15 +312,14 @@ def worker(rank, port, backend, device_type, result_dir):
                         for mask in masks:
                             seed += 1
                             name = (
-                                f"backward op {shape_name} grad={pg_name} input={px_name} "
-                                f"weight={pw_name} mask={mask}"
+                                f"backward op {shape_name} grad={pg_name} input={px_name} weight={pw_name} mask={mask}"
                             )
                             try:
                                 record = run_backward_case(
                                     ops, mesh, device, shape_name, pg_name, px_name, pw_name, mask, seed
                                 )
                                 results["cases"].append({"name": name, **record})
-                            except Exception as error:  # noqa: BLE001
+                            except Exception as error:
                                 results["failures"].append({"name": name, "error": _describe(error)})
     finally:
         results["seconds"] = time.perf_counter() - started
@@ -381,8 +382,8 @@ def check_results(results):
     assert all(r["registered"] and r["registered_again"] for r in results), "sharding.register() returned False"
     failures = [f"rank {rank}: {f['name']}:\n{f['error']}" for rank, r in enumerate(results) for f in r["failures"]]
     shown = 30
-    assert not failures, (
-        f"{len(failures)} DTensor cases failed (the first {min(shown, len(failures))}):\n" + "\n".join(failures[:shown])
+    assert not failures, f"{len(failures)} DTensor cases failed (the first {min(shown, len(failures))}):\n" + "\n".join(
+        failures[:shown]
     )
     # The placements the matching cases were meant to cover were all run.
     matching = [c for c in rank0["cases"] if c.get("matching")]

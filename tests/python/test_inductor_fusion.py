@@ -5,6 +5,7 @@ In this process the decompositions come from the package's source file, installe
 behaviour (lazy import, opt-out, the on-disk cache key across processes) is in
 test_package_inductor.py.
 """
+
 import importlib.util
 import sys
 
@@ -15,7 +16,7 @@ from torch._inductor import metrics
 from torch._inductor.utils import run_and_get_code
 
 from environment import REPO
-from reference import DTYPE_PAIRS, LOW_PRECISION, TOLERANCES, LAYOUT_NAMES, dtype_name, make_inputs, make_tensor
+from reference import DTYPE_PAIRS, LAYOUT_NAMES, LOW_PRECISION, TOLERANCES, dtype_name, make_inputs, make_tensor
 
 OPS = torch.ops.custom
 

@@ -7,6 +7,7 @@ slices, and then the whole result, chunk by chunk, bitwise against torch's float
 
 CUDA only; each test skips when the GPU has too little free memory for it.
 """
+
 import pytest
 import torch
 
@@ -160,13 +161,19 @@ def assert_gradient_close(actual, expected_of, n, what):
     """Region by region against float64, then every chunk against float32 arithmetic."""
     for name, sl in regions(n).items():
         torch.testing.assert_close(
-            actual[sl].double(), expected_of(sl, torch.float64), rtol=2 * BF16_RTOL, atol=1e-30,
+            actual[sl].double(),
+            expected_of(sl, torch.float64),
+            rtol=2 * BF16_RTOL,
+            atol=1e-30,
             msg=lambda m: f"{what}, {name}: {m}",
         )
     for i in range(0, n, CHUNK):
         sl = slice(i, min(i + CHUNK, n))
         torch.testing.assert_close(
-            actual[sl].float(), expected_of(sl, torch.float32), rtol=2 * BF16_RTOL, atol=1e-30,
+            actual[sl].float(),
+            expected_of(sl, torch.float32),
+            rtol=2 * BF16_RTOL,
+            atol=1e-30,
             msg=lambda m: f"{what}, elements {sl.start}..{sl.stop}: {m}",
         )
 
@@ -180,9 +187,7 @@ def test_fused_backward_with_more_than_2_31_elements_is_right_everywhere():
     grad_x, grad_w = OPS.weighted_sum_backward(grad, x, w, [True, True])
     assert grad_x.shape == grad_w.shape == (N,)
     # Computed in float32 from the rounded operands, then rounded once: bfloat16's tolerance.
-    assert_gradient_close(
-        grad_x, lambda sl, t: 2 * x[sl].to(t) * w[sl].to(t) * grad[sl].to(t), N, "grad_input"
-    )
+    assert_gradient_close(grad_x, lambda sl, t: 2 * x[sl].to(t) * w[sl].to(t) * grad[sl].to(t), N, "grad_input")
     assert_gradient_close(grad_w, lambda sl, t: x[sl].to(t) * x[sl].to(t) * grad[sl].to(t), N, "grad_weight")
 
 

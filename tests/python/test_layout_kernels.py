@@ -4,6 +4,7 @@ every dtype against the float64 reference, at sizes that leave partial vectors-p
 partial tiles, through the functional, out= and in-place forms. On the CPU the same cases check
 the CPU loops' strided paths; tests/cpp/cuda_forward_layout_test.cpp checks which kernel such
 layouts get."""
+
 import pytest
 import torch
 
@@ -71,8 +72,10 @@ TRANSPOSED_CASES = {
     "input_500x3": lambda d, dev: (transposed(500, 3, d, dev), randn(500, 3, dtype=d, device=dev)),
 }
 
-CASES = {**{f"broadcast-{k}": v for k, v in BROADCAST_CASES.items()},
-         **{f"transposed-{k}": v for k, v in TRANSPOSED_CASES.items()}}
+CASES = {
+    **{f"broadcast-{k}": v for k, v in BROADCAST_CASES.items()},
+    **{f"transposed-{k}": v for k, v in TRANSPOSED_CASES.items()},
+}
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
@@ -116,8 +119,11 @@ def test_out_with_its_own_layout(device, dtype):
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
 def test_in_place_with_broadcast_and_transposed_weights(device, dtype):
-    for weight in (randn(96, dtype=dtype, device=device), randn(67, 1, dtype=dtype, device=device),
-                   transposed(67, 96, dtype, device)):
+    for weight in (
+        randn(96, dtype=dtype, device=device),
+        randn(67, 1, dtype=dtype, device=device),
+        transposed(67, 96, dtype, device),
+    ):
         x = randn(67, 96, dtype=dtype, device=device)
         expected = reference(x, weight)
         OPS.weighted_sum_(x, weight)
@@ -126,8 +132,9 @@ def test_in_place_with_broadcast_and_transposed_weights(device, dtype):
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
 def test_special_values_through_both_kernels(device, dtype):
-    special = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1.0, -2.0, 3.0],
-                           dtype=dtype, device=device)
+    special = torch.tensor(
+        [float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1.0, -2.0, 3.0], dtype=dtype, device=device
+    )
     x = special.repeat(16, 2)  # [16, 16]
     for w in (special.flip(0).repeat(2), transposed(16, 16, dtype, device)):
         out = OPS.weighted_sum(x, w)

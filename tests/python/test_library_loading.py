@@ -1,14 +1,14 @@
 """Loading the library.
 
-  twice      torch.ops.load_library of the same file again (also through another of its names,
-             in this process and in a fresh one) registers nothing twice and the op still works.
-  a copy     a second copy of the file (another inode) cannot register `custom` again: that must
-             be an error the process survives, not an abort.
-  torch      the build records the torch it was built against, and it is the torch running
-             here; the `custom_ops` package refuses, with a clear ImportError, a torch of another
-             release (simulated: the package reads torch.__version__) and a second copy.
+twice      torch.ops.load_library of the same file again (also through another of its names,
+           in this process and in a fresh one) registers nothing twice and the op still works.
+a copy     a second copy of the file (another inode) cannot register `custom` again: that must
+           be an error the process survives, not an abort.
+torch      the build records the torch it was built against, and it is the torch running
+           here; the `custom_ops` package refuses, with a clear ImportError, a torch of another
+           release (simulated: the package reads torch.__version__) and a second copy.
 """
-import os
+
 import pathlib
 import re
 import shutil
@@ -190,16 +190,26 @@ def test_a_cpp_consumer_that_finds_another_torch_release_fails_at_configure(tmp_
     fake_torch.mkdir(parents=True)
     (fake_torch / "TorchConfig.cmake").write_text("set(TORCH_LIBRARIES torch)\n")
     (fake_torch / "TorchConfigVersion.cmake").write_text(
-        f'set(PACKAGE_VERSION "{other}")\nset(PACKAGE_VERSION_COMPATIBLE TRUE)\n')
+        f'set(PACKAGE_VERSION "{other}")\nset(PACKAGE_VERSION_COMPATIBLE TRUE)\n'
+    )
     consumer = tmp_path / "consumer"
     consumer.mkdir()
     (consumer / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.25)\nproject(consumer LANGUAGES CXX)\n"
-        "find_package(CustomOps REQUIRED)\n")
+        "cmake_minimum_required(VERSION 3.25)\nproject(consumer LANGUAGES CXX)\nfind_package(CustomOps REQUIRED)\n"
+    )
     result = subprocess.run(
-        ["cmake", "-S", str(consumer), "-B", str(tmp_path / "build"), f"-DCustomOps_DIR={config.parent}",
-         f"-DCMAKE_PREFIX_PATH={tmp_path / 'fake-libtorch'}"],
-        capture_output=True, text=True, timeout=300,
+        [
+            "cmake",
+            "-S",
+            str(consumer),
+            "-B",
+            str(tmp_path / "build"),
+            f"-DCustomOps_DIR={config.parent}",
+            f"-DCMAKE_PREFIX_PATH={tmp_path / 'fake-libtorch'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     output = " ".join((result.stdout + result.stderr).split())
     assert result.returncode != 0, output
@@ -208,6 +218,7 @@ def test_a_cpp_consumer_that_finds_another_torch_release_fails_at_configure(tmp_
 
 # The `custom_ops` package (python/custom_ops), when it is installed: it records the torch
 # release it was built against and refuses any other on import.
+
 
 @pytest.fixture(scope="module")
 def package():

@@ -4,6 +4,7 @@ onnx.checker and onnxruntime at several batch sizes of a dynamic batch dimension
 Needs onnx, onnxscript and onnxruntime (skipped without them) and the package (the `site` fixture
 of test_package.py): each export runs in a fresh interpreter.
 """
+
 import json
 
 import pytest
@@ -51,17 +52,21 @@ for x_dtype, w_dtype in [(torch.float32, torch.float32), (torch.float64, torch.f
 print(json.dumps(results))
 """
 
-DYNAMO = ('torch.onnx.export(model, (x,), str(path), dynamo=True, {table}'
-          'dynamic_shapes=({{0: torch.export.Dim("batch")}},))')
-LEGACY = ('torch.onnx.export(model, (x,), str(path), dynamo=False, input_names=["x"], '
-          'dynamic_axes={{"x": {{0: "batch"}}}})')
+DYNAMO = (
+    'torch.onnx.export(model, (x,), str(path), dynamo=True, {table}dynamic_shapes=({{0: torch.export.Dim("batch")}},))'
+)
+LEGACY = (
+    'torch.onnx.export(model, (x,), str(path), dynamo=False, input_names=["x"], dynamic_axes={{"x": {{0: "batch"}}}})'
+)
 
 
 @pytest.mark.parametrize("how", ["registered", "table", "legacy"])
 def test_export_runs_in_onnxruntime_like_the_op(site, how):
-    export = {"registered": DYNAMO.format(table=""),
-              "table": DYNAMO.format(table="custom_translation_table=custom_ops.onnx.translation_table(), "),
-              "legacy": LEGACY.format()}[how]
+    export = {
+        "registered": DYNAMO.format(table=""),
+        "table": DYNAMO.format(table="custom_translation_table=custom_ops.onnx.translation_table(), "),
+        "legacy": LEGACY.format(),
+    }[how]
     result = run_python(EXPORT_AND_RUN.format(export=export), site)
     report = json.loads(result.stdout.strip().splitlines()[-1])
     for case, entry in report.items():

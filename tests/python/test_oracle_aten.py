@@ -14,11 +14,12 @@ and ours on identical copies; see oracle.py for the outcomes it accepts. Draws:
   .Scalar   a Python number as weight: floats, ints, bools, complex, inf, nan, -0.0, huge, tiny
 On an accelerator, 0-dim operands are left on the CPU now and then.
 """
+
 import pytest
 import torch
 
 import oracle
-from oracle import FLOAT_DTYPES, FUNCTIONAL, INPLACE, OTHER_DTYPES, OUT, Buffer, Case, Same, View
+from oracle import FLOAT_DTYPES, FUNCTIONAL, INPLACE, OTHER_DTYPES, Buffer, Case, Same, View
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, note, settings  # noqa: E402
@@ -37,7 +38,10 @@ sizes = st.sampled_from([0, 1, 1, 2, 2, 3, 4, 5])
 # says). Not yet numbers that float32 or an integer input's dtype cannot hold: see the two
 # test_scalar_weight_beyond_* below.
 numbers = st.one_of(
-    st.floats(-4, 4), st.floats(-4, 4), st.integers(-3, 3), st.booleans(),
+    st.floats(-4, 4),
+    st.floats(-4, 4),
+    st.integers(-3, 3),
+    st.booleans(),
     st.complex_numbers(max_magnitude=4, allow_nan=False, allow_infinity=False),
     st.sampled_from([float("inf"), float("-inf"), float("nan"), -0.0, 1e-30, 65504.0, 1e5, 1e30]),
 )
@@ -83,7 +87,7 @@ def shape_pairs(draw):
     full = tuple(draw(st.lists(sizes, max_size=4)))
 
     def variant():
-        kept = full[draw(st.integers(0, len(full))):]
+        kept = full[draw(st.integers(0, len(full))) :]
         return tuple(1 if draw(st.integers(0, 3)) == 0 else n for n in kept)
 
     x, w = (full, variant()) if draw(st.booleans()) else (variant(), variant())
@@ -92,8 +96,8 @@ def shape_pairs(draw):
     if draw(st.integers(0, 9)) == 0 and x and w:  # not broadcastable
         d = draw(st.integers(1, min(len(x), len(w))))
         n = max(x[-d], 2)
-        x = x[:-d] + (n,) + x[len(x) - d + 1:]
-        w = w[:-d] + (n + 1,) + w[len(w) - d + 1:]
+        x = (*x[:-d], n, *x[len(x) - d + 1 :])
+        w = (*w[:-d], n + 1, *w[len(w) - d + 1 :])
     try:
         return x, w, tuple(torch.broadcast_shapes(x, w))
     except RuntimeError:
@@ -192,8 +196,11 @@ def cases(draw, overload_name, device):
 
     args = dict(b.args)
     result = _broadcast(args, b)
-    how = draw(st.sampled_from(
-        ["right shape"] * 5 + ["wrong shape"] * 2 + ["is input", "is weight", "same view", "part", "past its end"]))
+    how = draw(
+        st.sampled_from(
+            ["right shape"] * 5 + ["wrong shape"] * 2 + ["is input", "is weight", "same view", "part", "past its end"]
+        )
+    )
     if how == "right shape" and result is not None:
         dtype = draw(st.one_of(st.just(_result_dtype(args, b)), dtypes))
         on_cpu = device != "cpu" and draw(st.integers(0, 19)) == 0
@@ -243,8 +250,12 @@ def _settings(examples):
         database=None,
         deadline=None,
         print_blob=True,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                               HealthCheck.data_too_large, HealthCheck.filter_too_much],
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.filter_too_much,
+        ],
     )
 
 
@@ -296,16 +307,22 @@ def test_out_is_input_that_must_grow_is_refused_like_aten(device):
     x = torch.randn(1, 2, 2, dtype=torch.float64, device=device)
     w = torch.randn(2, 1, 2, 2, dtype=torch.float64, device=device)
     before = x.clone()
-    with pytest.raises(RuntimeError, match=r"^custom::weighted_sum.out: output with shape \[1, 2, 2\] doesn't "
-                                           r"match the broadcast shape \[2, 1, 2, 2\]"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^custom::weighted_sum.out: output with shape \[1, 2, 2\] doesn't "
+        r"match the broadcast shape \[2, 1, 2, 2\]",
+    ):
         oracle.OPS.weighted_sum.out(x, w, out=x)
     assert x.shape == (1, 2, 2) and torch.equal(x, before)
     with pytest.raises(RuntimeError, match=r"output with shape \[1, 2, 2\] doesn't match the broadcast shape"):
         torch.mul(x, w, out=x)  # ATen's own wording, which ours repeats
     # The oracle's verdict on the same call.
     buffers = [Buffer(torch.float64, 4), Buffer(torch.float64, 8)]
-    views = [("input", View(0, (1, 2, 2), (4, 2, 1), 0)), ("weight", View(1, (2, 1, 2, 2), (4, 4, 2, 1), 0)),
-             ("out", Same("input"))]
+    views = [
+        ("input", View(0, (1, 2, 2), (4, 2, 1), 0)),
+        ("weight", View(1, (2, 1, 2, 2), (4, 4, 2, 1), 0)),
+        ("out", Same("input")),
+    ]
     assert _judge_views("weighted_sum.out", device, views, buffers, (2, 1, 2, 2)) == oracle.BOTH_RAISED
 
 
@@ -313,8 +330,11 @@ def test_out_is_weight_that_must_grow_is_refused_like_aten(device):
     x = torch.randn(2, dtype=torch.float64, device=device)
     w = torch.randn((), dtype=torch.float64, device=device)
     before = w.clone()
-    with pytest.raises(RuntimeError, match=r"custom::weighted_sum.out: output with shape \[\] doesn't match the "
-                                           r"broadcast shape \[2\]"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"custom::weighted_sum.out: output with shape \[\] doesn't match the "
+        r"broadcast shape \[2\]",
+    ):
         oracle.OPS.weighted_sum.out(x, w, out=w)
     assert w.shape == () and torch.equal(w, before)
     buffers = [Buffer(torch.float64, 2), Buffer(torch.float64, 1)]
@@ -331,8 +351,11 @@ def test_out_is_input_of_the_broadcast_shape_still_computes(device):
 def test_out_viewing_an_input_that_must_grow_is_a_documented_refusal(device):
     # ATen resizes this out and reads the input from memory it has overwritten; ours refuses.
     buffers = [Buffer(torch.float64, 4), Buffer(torch.float64, 8)]
-    views = [("input", View(0, (1, 2, 2), (4, 2, 1), 0)), ("weight", View(1, (2, 1, 2, 2), (4, 4, 2, 1), 0)),
-             ("out", View(0, (1, 2, 2), (4, 2, 1), 0))]
+    views = [
+        ("input", View(0, (1, 2, 2), (4, 2, 1), 0)),
+        ("weight", View(1, (2, 1, 2, 2), (4, 4, 2, 1), 0)),
+        ("out", View(0, (1, 2, 2), (4, 2, 1), 0)),
+    ]
     outcome = _judge_views("weighted_sum.out", device, views, buffers, (2, 1, 2, 2))
     assert outcome in ("refused (out_resized_over_input)", oracle.UNDEFINED)
 
@@ -342,17 +365,23 @@ def _scalar_case(dtype, weight):
     return Case("weighted_sum.Scalar", (Buffer(dtype, 2),), args, 0, (2,))
 
 
-@pytest.mark.xfail(strict=True, reason="library bug: weighted_sum.Scalar makes a number beyond float32's range a "
-                   "float32 weight with a checked conversion and raises 'value cannot be converted to type float "
-                   "without overflow' (naming no op) where ATen's `1e39 * x.square()` gives inf")
+@pytest.mark.xfail(
+    strict=True,
+    reason="library bug: weighted_sum.Scalar makes a number beyond float32's range a "
+    "float32 weight with a checked conversion and raises 'value cannot be converted to type float "
+    "without overflow' (naming no op) where ATen's `1e39 * x.square()` gives inf",
+)
 def test_scalar_weight_beyond_float32_range_gives_inf(device):
     assert oracle.judge(_scalar_case(torch.float32, 1e39), device) == oracle.COMPUTED
 
 
-@pytest.mark.xfail(strict=True, reason="library bug: weighted_sum.Scalar converts the number to an integer input's "
-                   "dtype before checking that dtype, so `weighted_sum.Scalar(int8 tensor, 2**40)` raises 'value "
-                   "cannot be converted to type int8_t without overflow' (naming no op or argument), not the "
-                   "documented dtype refusal")
+@pytest.mark.xfail(
+    strict=True,
+    reason="library bug: weighted_sum.Scalar converts the number to an integer input's "
+    "dtype before checking that dtype, so `weighted_sum.Scalar(int8 tensor, 2**40)` raises 'value "
+    "cannot be converted to type int8_t without overflow' (naming no op or argument), not the "
+    "documented dtype refusal",
+)
 def test_scalar_weight_beyond_an_integer_inputs_range_is_the_dtype_refusal(device):
     assert oracle.judge(_scalar_case(torch.int8, 2**40), device) == "refused (dtype)"
 
@@ -369,11 +398,21 @@ def test_oracle_fails_an_out_that_resizes_an_input_before_reading_it(monkeypatch
         a["out"].resize_(torch.broadcast_shapes(a["input"].shape, a["weight"].shape))
         torch.mul(a["weight"], a["input"].square(), out=a["out"])
 
-    monkeypatch.setitem(oracle.OVERLOADS, "weighted_sum.out", (op, oracle.Overload(
-        overload.name, overload.kind, resize_then_compute, overload.inferred_strides, overload.examples)))
+    monkeypatch.setitem(
+        oracle.OVERLOADS,
+        "weighted_sum.out",
+        (
+            op,
+            oracle.Overload(
+                overload.name, overload.kind, resize_then_compute, overload.inferred_strides, overload.examples
+            ),
+        ),
+    )
     buffers = [Buffer(torch.float64, 4), Buffer(torch.float64, 8)]
-    views = [("input", View(0, (1, 2, 2), (4, 2, 1), 0)), ("weight", View(1, (2, 1, 2, 2), (4, 4, 2, 1), 0)),
-             ("out", Same("input"))]
+    views = [
+        ("input", View(0, (1, 2, 2), (4, 2, 1), 0)),
+        ("weight", View(1, (2, 1, 2, 2), (4, 4, 2, 1), 0)),
+        ("out", Same("input")),
+    ]
     with pytest.raises(oracle.OracleFailure, match="ours computed where ATen raised"):
         _judge_views("weighted_sum.out", "cpu", views, buffers, (2, 1, 2, 2))
-

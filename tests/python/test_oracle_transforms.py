@@ -15,6 +15,7 @@ composite under the transform; see oracle.py for the outcomes it accepts. Per tr
 A .Scalar weight is a Python number: differentiated and batched only through the input (batch sizes
 1 to 3 until it has a batching rule: see FALLBACK_NEEDED).
 """
+
 import contextlib
 import math
 
@@ -102,12 +103,15 @@ def transformed(draw, transform, overload_name, device):
 
     def operand(name, shape, dtype):
         if transform == VMAP:
-            dim = None if nothing_batched or draw(st.integers(0, 2)) == 0 else draw(
-                st.integers(-len(shape) - 1, len(shape)))
+            dim = (
+                None
+                if nothing_batched or draw(st.integers(0, 2)) == 0
+                else draw(st.integers(-len(shape) - 1, len(shape)))
+            )
             in_dims.append((name, dim))
             if dim is not None:  # the physical shape
                 at = dim % (len(shape) + 1)
-                shape = shape[:at] + (batch,) + shape[at:]
+                shape = (*shape[:at], batch, *shape[at:])
         b.fresh(name, shape, dtype, grad_ok=False)
 
     operand(x_name, x_shape, x_dtype)
@@ -208,12 +212,18 @@ SCALAR_HAS_NO_BATCHING_RULE = (
     "library bug: weighted_sum.Scalar has no vmap batching rule (its CompositeImplicitAutograd kernel "
     "is not reached under vmap: the FuncTorchBatched key comes first), so vmap runs functorch's "
     "per-example fallback, which raises 'Batching rule not implemented for custom::weighted_sum.Scalar' "
-    "for an empty batch, where `2.5 * x.square()` computes, and for every batch with the fallback off")
+    "for an empty batch, where `2.5 * x.square()` computes, and for every batch with the fallback off"
+)
 
 
 def _scalar_vmap(batch):
-    case = oracle.Case("weighted_sum.Scalar", (Buffer(torch.float32, 3 * batch),),
-                       (("input", View(0, (batch, 3), (3, 1), 0)), ("weight", 2.5)), 0, (3,))
+    case = oracle.Case(
+        "weighted_sum.Scalar",
+        (Buffer(torch.float32, 3 * batch),),
+        (("input", View(0, (batch, 3), (3, 1), 0)), ("weight", 2.5)),
+        0,
+        (3,),
+    )
     return Transformed(VMAP, case, in_dims=(("input", 0),))
 
 
@@ -269,8 +279,11 @@ def test_repro_runs_the_judged_call(transform, overload_name):
 
 def _planted(monkeypatch, overload_name, call):
     op, overload = oracle.OVERLOADS[overload_name]
-    monkeypatch.setitem(oracle.OVERLOADS, overload_name, (op, oracle.Overload(
-        overload.name, overload.kind, call, overload.inferred_strides, overload.examples)))
+    monkeypatch.setitem(
+        oracle.OVERLOADS,
+        overload_name,
+        (op, oracle.Overload(overload.name, overload.kind, call, overload.inferred_strides, overload.examples)),
+    )
 
 
 def _case(transform, overload_name, args, **fields):
@@ -286,29 +299,45 @@ F64 = torch.float64
 def test_oracle_fails_a_tangent_that_drops_the_weight_term(monkeypatch):
     # Forward AD that ignores the weight's tangent: right values, wrong tangent.
     _planted(monkeypatch, "weighted_sum", lambda a: oracle.OPS.weighted_sum(a["input"], a["weight"].detach()))
-    t = _case(JVP, "weighted_sum", [("input", (3, 4), F64), ("weight", (4,), F64), ("tangent_input", (3, 4), F64),
-                                    ("tangent_weight", (4,), F64)], wrt=("input", "weight"))
-    with pytest.raises(oracle.OracleFailure, match="jvp tangent: .* further than") as failure:
+    t = _case(
+        JVP,
+        "weighted_sum",
+        [("input", (3, 4), F64), ("weight", (4,), F64), ("tangent_input", (3, 4), F64), ("tangent_weight", (4,), F64)],
+        wrt=("input", "weight"),
+    )
+    with pytest.raises(oracle.OracleFailure, match=r"jvp tangent: .* further than") as failure:
         oracle.judge_transform(t, "cpu")
     assert "result = torch.func.jvp(f, (input, weight, ), (tangent_input, tangent_weight, ))" in str(failure.value)
 
 
 def test_oracle_fails_a_weight_gradient_counted_twice(monkeypatch):
     # Autograd that doubles the weight's gradient: right values, wrong gradient.
-    _planted(monkeypatch, "weighted_sum",
-             lambda a: oracle.OPS.weighted_sum(a["input"], 2 * a["weight"] - a["weight"].detach()))
-    t = _case(GRAD, "weighted_sum", [("input", (3, 4), F64), ("weight", (4,), F64), ("cotangent", (3, 4), F64)],
-              wrt=("input", "weight"))
-    with pytest.raises(oracle.OracleFailure, match="grad w.r.t. weight: .* further than"):
+    _planted(
+        monkeypatch,
+        "weighted_sum",
+        lambda a: oracle.OPS.weighted_sum(a["input"], 2 * a["weight"] - a["weight"].detach()),
+    )
+    t = _case(
+        GRAD,
+        "weighted_sum",
+        [("input", (3, 4), F64), ("weight", (4,), F64), ("cotangent", (3, 4), F64)],
+        wrt=("input", "weight"),
+    )
+    with pytest.raises(oracle.OracleFailure, match=r"grad w\.r\.t\. weight: .* further than"):
         oracle.judge_transform(t, "cpu")
 
 
 def test_oracle_fails_an_out_that_computes_under_vmap_where_aten_raises(monkeypatch):
     # An out= batching rule that writes the batched result where torch.mul(out=) refuses to.
-    _planted(monkeypatch, "weighted_sum.out",
-             lambda a: a["out"].copy_(oracle.OPS.weighted_sum(a["input"], a["weight"])))
-    t = _case(VMAP, "weighted_sum.out", [("input", (3, 4), F64), ("weight", (4,), F64), ("out", (3, 4), F64)],
-              in_dims=(("input", 0), ("weight", None), ("out", 0)))
+    _planted(
+        monkeypatch, "weighted_sum.out", lambda a: a["out"].copy_(oracle.OPS.weighted_sum(a["input"], a["weight"]))
+    )
+    t = _case(
+        VMAP,
+        "weighted_sum.out",
+        [("input", (3, 4), F64), ("weight", (4,), F64), ("out", (3, 4), F64)],
+        in_dims=(("input", 0), ("weight", None), ("out", 0)),
+    )
     with pytest.raises(oracle.OracleFailure, match="ours computed where the composite raised"):
         oracle.judge_transform(t, "cpu")
 
@@ -317,15 +346,23 @@ def test_oracle_fails_a_batched_result_promoted_by_physical_rank(monkeypatch):
     # float32 [4] per example times a per-example 0-dim float64 weight is float32, as with a scalar;
     # a rule that promotes the physical tensors ([3, 4] and [3]) gives float64.
     _planted(monkeypatch, "weighted_sum", lambda a: a["weight"].unsqueeze(-1) * a["input"].double().square())
-    t = _case(VMAP, "weighted_sum", [("input", (3, 4), torch.float32), ("weight", (3,), F64)],
-              in_dims=(("input", 0), ("weight", 0)))
-    with pytest.raises(oracle.OracleFailure, match="result dtype/shape: ours torch.float64"):
+    t = _case(
+        VMAP,
+        "weighted_sum",
+        [("input", (3, 4), torch.float32), ("weight", (3,), F64)],
+        in_dims=(("input", 0), ("weight", 0)),
+    )
+    with pytest.raises(oracle.OracleFailure, match=r"result dtype/shape: ours torch\.float64"):
         oracle.judge_transform(t, "cpu")
 
 
 def _empty_batch_of_zero_dim_examples():
-    return _case(VMAP, "weighted_sum", [("input", (0,), torch.float32), ("weight", (), torch.float32)],
-                 in_dims=(("input", 0), ("weight", None)))
+    return _case(
+        VMAP,
+        "weighted_sum",
+        [("input", (0,), torch.float32), ("weight", (), torch.float32)],
+        in_dims=(("input", 0), ("weight", None)),
+    )
 
 
 def test_empty_batch_where_functorch_crashes_is_aten_undefined():
@@ -337,6 +374,9 @@ def test_empty_batch_where_functorch_crashes_is_aten_undefined():
 
 def test_oracle_fails_an_empty_batch_of_the_wrong_dtype_where_functorch_crashes(monkeypatch):
     _planted(monkeypatch, "weighted_sum", lambda a: oracle.OPS.weighted_sum(a["input"].double(), a["weight"]))
-    with pytest.raises(oracle.OracleFailure, match=r"empty batch: ours torch.float64 \(0,\), ATen per example "
-                                                   r"torch.float32 \(\)"):
+    with pytest.raises(
+        oracle.OracleFailure,
+        match=r"empty batch: ours torch.float64 \(0,\), ATen per example "
+        r"torch.float32 \(\)",
+    ):
         oracle.judge_transform(_empty_batch_of_zero_dim_examples(), "cpu")

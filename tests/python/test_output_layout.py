@@ -2,6 +2,7 @@
 channels_last in, channels_last out; a transposed input gives a transposed result; on every device,
 in the Meta kernel, and under torch.compile with dynamic shapes (no recompiles).
 """
+
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
@@ -68,17 +69,18 @@ def test_meta_kernel_gives_the_same_strides():
         assert OPS.weighted_sum(*meta).stride() == OPS.weighted_sum(x, w).stride(), name
 
 
-@pytest.mark.parametrize("make", ["channels_last_input_channel_weight", "transposed_input_row_weight",
-                                  "permuted_3d"])
+@pytest.mark.parametrize("make", ["channels_last_input_channel_weight", "transposed_input_row_weight", "permuted_3d"])
 def test_dynamic_shapes_keep_the_layout_without_recompiles(make):
     counter = CompileCounterWithBackend("aot_eager")  # the Meta kernel's strides, our kernel's values
-    compiled = torch.compile(lambda x, w: OPS.weighted_sum(x, w) + 1, backend=counter, dynamic=True,
-                             fullgraph=True)
+    compiled = torch.compile(lambda x, w: OPS.weighted_sum(x, w) + 1, backend=counter, dynamic=True, fullgraph=True)
     torch._dynamo.reset()
     for scale in (3, 5, 7):  # sizes unequal to the other dimensions (no duck-sizing guard)
         x, w = EXTRA[make]()
-        x = x.repeat_interleave(scale, dim=0) if make != "transposed_input_row_weight" else \
-            torch.randn(6, 5 * scale).t()
+        x = (
+            x.repeat_interleave(scale, dim=0)
+            if make != "transposed_input_row_weight"
+            else torch.randn(6, 5 * scale).t()
+        )
         x = x.to(memory_format=torch.channels_last) if x.dim() == 4 else x
         if make == "permuted_3d":
             x = permuted((3 * scale, 4, 5), [1, 2, 0])

@@ -5,6 +5,7 @@ Uses the installed package when `custom_ops` is importable, else builds it once 
 2 cores). Every check runs in a fresh interpreter: this test process already loaded another copy of
 the library (conftest), and one process can hold only one.
 """
+
 import importlib.util
 import json
 import os
@@ -26,7 +27,11 @@ def run_python(code, pythonpath, check=True):
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH")]))
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=300,
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
         cwd=pathlib.Path(pythonpath or REPO).parent,  # not the repo root: no stray python/ on sys.path
     )
     if check and result.returncode != 0:
@@ -40,17 +45,33 @@ def site(tmp_path_factory):
     if importlib.util.find_spec("custom_ops") is not None:
         return None
     if importlib.util.find_spec("scikit_build_core") is None:
-        pytest.fail("scikit-build-core is not installed: `pip install scikit-build-core` (needed by "
-                    "`pip install --no-build-isolation .`)")
+        pytest.fail(
+            "scikit-build-core is not installed: `pip install scikit-build-core` (needed by "
+            "`pip install --no-build-isolation .`)"
+        )
     if "if(SKBUILD)" not in (REPO / "CMakeLists.txt").read_text():
-        pytest.fail("CMakeLists.txt has no if(SKBUILD) branch: `pip install .` would not put libcustom_ops.so "
-                    "and _build_info.py into the custom_ops package")
+        pytest.fail(
+            "CMakeLists.txt has no if(SKBUILD) branch: `pip install .` would not put libcustom_ops.so "
+            "and _build_info.py into the custom_ops package"
+        )
     root = tmp_path_factory.mktemp("package")
     target = root / "site"
     command = [
-        sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-input",
-        "--disable-pip-version-check", "--target", str(target),
-        "-C", "cmake.define.CUSTOM_OPS_CUDA=OFF", "-C", f"build-dir={root / 'build'}", str(REPO),
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-build-isolation",
+        "--no-deps",
+        "--no-input",
+        "--disable-pip-version-check",
+        "--target",
+        str(target),
+        "-C",
+        "cmake.define.CUSTOM_OPS_CUDA=OFF",
+        "-C",
+        f"build-dir={root / 'build'}",
+        str(REPO),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
     if result.returncode != 0:
@@ -215,8 +236,11 @@ def test_dtensor_rules_wait_for_the_program_to_import_dtensor(site):
     )
     result = run_python(code + DTENSOR_CALL + "print(json.dumps(state))\n", site)
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {
-        "dtensor_loaded_by_import": False, "registered_by_import": False,
-        "registered_after_dtensor_import": True, "loader": "SourceFileLoader", "watches_left": [],
+        "dtensor_loaded_by_import": False,
+        "registered_by_import": False,
+        "registered_after_dtensor_import": True,
+        "loader": "SourceFileLoader",
+        "watches_left": [],
     }
 
 
@@ -276,7 +300,8 @@ def test_recorded_version_is_what_is_checked(site, tmp_path):
     # The package as installed, with its recorded torch version edited.
     source = pathlib.Path(
         run_python("import importlib.util; print(importlib.util.find_spec('custom_ops').origin)", site)
-        .stdout.strip().splitlines()[-1]
+        .stdout.strip()
+        .splitlines()[-1]
     ).parent
     copy = tmp_path / "site" / "custom_ops"
     shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))

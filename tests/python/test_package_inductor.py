@@ -3,6 +3,7 @@
 Each check runs in a fresh interpreter with the package importable (the `site` fixture of
 test_package.py: the installed package, or one built once into a temporary directory).
 """
+
 import json
 
 import pytest

@@ -1,15 +1,16 @@
 """The op under threads, CUDA streams, CUDA graphs and a second GPU.
 
-  threads   8 Python threads call every overload at once on different data (the dispatcher
-            releases the GIL, so they really run together, also against ATen's own CPU thread
-            pool on tensors past its grain size); every result is right.
-  streams   the kernels run on the current stream, never the default one: work queued on a side
-            stream after a long sleep is waited for, and work queued on the default stream is
-            neither waited for nor used.
-  graphs    weighted_sum.out and weighted_sum captured into a CUDA graph replay with new data.
-  devices   tensors on cuda:1 while cuda:0 is current run on cuda:1 (needs two GPUs).
-  autograd  forward and backward on a side stream give the right gradients.
+threads   8 Python threads call every overload at once on different data (the dispatcher
+          releases the GIL, so they really run together, also against ATen's own CPU thread
+          pool on tensors past its grain size); every result is right.
+streams   the kernels run on the current stream, never the default one: work queued on a side
+          stream after a long sleep is waited for, and work queued on the default stream is
+          neither waited for nor used.
+graphs    weighted_sum.out and weighted_sum captured into a CUDA graph replay with new data.
+devices   tensors on cuda:1 while cuda:0 is current run on cuda:1 (needs two GPUs).
+autograd  forward and backward on a side stream give the right gradients.
 """
+
 import threading
 
 import pytest
@@ -53,7 +54,7 @@ def run_in_threads(work, count=THREADS):
         try:
             barrier.wait()
             work(i)
-        except BaseException as error:  # noqa: BLE001 (reported below, with its thread)
+        except BaseException as error:
             errors[i] = error
 
     threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
@@ -367,7 +368,8 @@ def test_op_on_cuda1_uses_cuda1s_current_stream():
     with torch.cuda.device(1):
         _warm_up(x, w)
     side.wait_stream(torch.cuda.current_stream(1))
-    with torch.cuda.stream(side):  # makes `side` current on cuda:1 (and cuda:1 current for the block)
+    # Nested on purpose: each context's effect on the current device and stream is the point.
+    with torch.cuda.stream(side):  # noqa: SIM117  makes `side` current on cuda:1 (and cuda:1 current for the block)
         with torch.cuda.device(0):  # cuda:0 current again, side still cuda:1's current stream
             with torch.cuda.device(1):
                 torch.cuda._sleep(SLEEP_CYCLES)

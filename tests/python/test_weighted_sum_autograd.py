@@ -1,8 +1,8 @@
 """Autograd of custom::weighted_sum: gradients, higher orders, out= and in-place under autograd."""
+
 import pytest
 import torch
 from torch.autograd import gradcheck, gradgradcheck
-from torch.autograd.gradcheck import GradcheckError
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from reference import (
@@ -150,7 +150,9 @@ def test_no_graph_under_no_grad(device):
 
 
 @pytest.mark.parametrize("case", ["same_shape", "channel_weight", "both_broadcast", "zero_dim_weight", "step_sliced"])
-@pytest.mark.parametrize("input_dtype,weight_dtype", DTYPE_PAIRS, ids=[f"{dtype_name(a)}-{dtype_name(b)}" for a, b in DTYPE_PAIRS])
+@pytest.mark.parametrize(
+    "input_dtype,weight_dtype", DTYPE_PAIRS, ids=[f"{dtype_name(a)}-{dtype_name(b)}" for a, b in DTYPE_PAIRS]
+)
 def test_gradients_match_float64_reference(device, case, input_dtype, weight_dtype):
     x, w = leaves(case, device, dtype=input_dtype, weight_dtype=weight_dtype)
     y = OPS.weighted_sum(x, w)
@@ -167,7 +169,15 @@ def test_gradients_match_float64_reference(device, case, input_dtype, weight_dty
 # -------------------------------------------------------------- the backward operator
 
 
-BACKWARD_LAYOUTS = ["same_shape", "channel_weight", "both_broadcast", "zero_dim_weight", "transposed", "step_sliced", "offset"]
+BACKWARD_LAYOUTS = [
+    "same_shape",
+    "channel_weight",
+    "both_broadcast",
+    "zero_dim_weight",
+    "transposed",
+    "step_sliced",
+    "offset",
+]
 BACKWARD_PAIRS = [
     (torch.float64, torch.float64),
     (torch.float32, torch.float32),
@@ -179,7 +189,9 @@ BACKWARD_PAIRS = [
 
 
 @pytest.mark.parametrize("mask", MASKS, ids=str)
-@pytest.mark.parametrize("input_dtype,weight_dtype", BACKWARD_PAIRS, ids=[f"{dtype_name(a)}-{dtype_name(b)}" for a, b in BACKWARD_PAIRS])
+@pytest.mark.parametrize(
+    "input_dtype,weight_dtype", BACKWARD_PAIRS, ids=[f"{dtype_name(a)}-{dtype_name(b)}" for a, b in BACKWARD_PAIRS]
+)
 @pytest.mark.parametrize("case", BACKWARD_LAYOUTS)
 def test_backward_op_values(device, case, input_dtype, weight_dtype, mask):
     x, w = leaves(case, device, (False, False), input_dtype, weight_dtype)
@@ -316,8 +328,6 @@ def inplace_on_clone(x, w):
 def test_inplace_on_non_leaf_gradcheck(device, case, requires_grad):
     x, w = leaves(case, device, REQUIRES_GRAD[requires_grad])
     assert gradcheck(inplace_on_clone, (x, w))
-
-
 
 
 @pytest.mark.parametrize("requires_grad", ["input", "both"])

@@ -6,6 +6,7 @@ Checked against float64 for every layout and float dtype, partial vectors and bl
 pointers, every output mask, bitwise determinism (runs and CPU thread counts), accuracy at least
 that of at::sum_to over a temporary (the generic path), and that no full-size sum runs.
 """
+
 import pytest
 import torch
 
@@ -102,7 +103,7 @@ def test_misaligned_pointers(device, layout, dtype, offset):
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
 @pytest.mark.parametrize("layout", ["row_130x1024", "column_6x4500", "nchw_2x4x50x60", "nchw_70x3x2x2"])
-@pytest.mark.parametrize("mask", MASKS + [(False, False)], ids=lambda m: "".join("TF"[not b] for b in m))
+@pytest.mark.parametrize("mask", [*MASKS, (False, False)], ids=lambda m: "".join("TF"[not b] for b in m))
 def test_every_output_mask(device, layout, dtype, mask):
     x_shape, w_shape = LAYOUTS[layout]
     x, w, grad = make(x_shape, dtype, device), make(w_shape, dtype, device), make(x_shape, dtype, device)
@@ -197,7 +198,11 @@ def test_weight_gradient_at_least_as_accurate_as_sum_to(device, case, dtype, sig
 def test_per_channel_path_runs_no_full_size_sum(device, layout):
     skip_until_the_cuda_path_is_enabled(device)
     x_shape, w_shape = LAYOUTS[layout]
-    x, w, grad = make(x_shape, torch.float32, device), make(w_shape, torch.float32, device), make(x_shape, torch.float32, device)
+    x, w, grad = (
+        make(x_shape, torch.float32, device),
+        make(w_shape, torch.float32, device),
+        make(x_shape, torch.float32, device),
+    )
 
     def ran_sum(weight, inputs):
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -253,7 +258,10 @@ def test_cuda_more_than_2_31_elements():
         # One rounding to bfloat16 (plus float32 arithmetic): within 2^-7 relative; a row written
         # at a wrapped 32-bit index (or not at all) is far off.
         torch.testing.assert_close(
-            grad_input[begin : begin + chunk].double(), 2 * w.double() * x64 * g64, rtol=2**-7, atol=0,
+            grad_input[begin : begin + chunk].double(),
+            2 * w.double() * x64 * g64,
+            rtol=2**-7,
+            atol=0,
             msg=lambda m, b=begin: f"grad_input rows {b}..: {m}",
         )
         terms = x64 * x64 * g64

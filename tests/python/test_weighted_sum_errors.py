@@ -4,6 +4,7 @@ Every rejected call raises a RuntimeError whose message names the overload and t
 problem, does not crash the process, and leaves every argument (its data, shape, strides and
 storage) exactly as it was.
 """
+
 import re
 
 import pytest
@@ -171,9 +172,7 @@ def layout_cases():
         for op, arg in OVERLOAD_ARGUMENTS:
             marks = []
             if layout == "mkldnn":
-                marks.append(
-                    pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs mkldnn")
-                )
+                marks.append(pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs mkldnn"))
             yield pytest.param(layout, op, arg, marks=marks, id=f"{layout}-{op}-{arg}")
 
 

@@ -1,4 +1,5 @@
 """custom::weighted_sum.out and custom::weighted_sum_: ATen's out= and in-place rules."""
+
 import re
 
 import pytest

@@ -14,6 +14,7 @@ Properties:
   in place    self of any layout holds the result cast to self's dtype; the rest of its storage
               and the weight are untouched.
 """
+
 import dataclasses
 import math
 
@@ -202,7 +203,9 @@ class InplaceCase:
 def inplace_cases(draw):
     shape = draw(shapes())
     w_shape = draw(broadcast_to(shape))
-    return InplaceCase(draw(layouts(shape)), draw(layouts(w_shape, allow_expand_to=shape)), draw(dtypes), draw(dtypes), draw(seeds))
+    return InplaceCase(
+        draw(layouts(shape)), draw(layouts(w_shape, allow_expand_to=shape)), draw(dtypes), draw(dtypes), draw(seeds)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,7 +281,9 @@ def test_functional_matches_float64_reference(device, case):
 @_settings(OUT_EXAMPLES)
 @given(case=out_cases())
 @example(case=OutCase(BinaryCase(contiguous((3, 4)), contiguous((4,)), F32, F32, 0), None, F16))
-@example(case=OutCase(BinaryCase(contiguous((3, 4)), contiguous((4,)), F16, BF16, 1), Layout((3, 4), (2, 3), 1, (1, 0)), F64))
+@example(
+    case=OutCase(BinaryCase(contiguous((3, 4)), contiguous((4,)), F16, BF16, 1), Layout((3, 4), (2, 3), 1, (1, 0)), F64)
+)
 @example(case=OutCase(BinaryCase(contiguous((0, 4)), contiguous(()), F64, F64, 2), Layout((0, 4), (1, 2), 3), BF16))
 @example(case=OutCase(BinaryCase(contiguous(()), contiguous(()), F64, F16, 3), contiguous(()), F32))
 def test_out_holds_the_result_cast_to_its_dtype(device, case):

@@ -1,4 +1,5 @@
 """Registration of every custom::weighted_sum overload: kernels per dispatch key, opcheck, Meta."""
+
 import pytest
 import torch
 
@@ -14,7 +15,12 @@ from reference import (
     poisoned,
 )
 
-OVERLOAD_NAMES = ["custom::weighted_sum", "custom::weighted_sum.out", "custom::weighted_sum_", "custom::weighted_sum_backward"]
+OVERLOAD_NAMES = [
+    "custom::weighted_sum",
+    "custom::weighted_sum.out",
+    "custom::weighted_sum_",
+    "custom::weighted_sum_backward",
+]
 OVERLOADS = {
     "custom::weighted_sum": OPS.weighted_sum.default,
     "custom::weighted_sum.out": OPS.weighted_sum.out,
@@ -171,7 +177,9 @@ def test_meta_functional_matches_real(device, layout, input_dtype, weight_dtype)
 def test_meta_out_matches_real(device, layout, out_shape, capfd):
     x, w = make_inputs(layout, torch.float32, torch.float16, device)
     shape = {"right": broadcast_shape(layout), "wrong": (3, 2), "empty": (0,)}[out_shape]
-    out = poisoned(shape, torch.float64, device, "transposed" if out_shape == "right" and len(shape) >= 2 else "contiguous")
+    out = poisoned(
+        shape, torch.float64, device, "transposed" if out_shape == "right" and len(shape) >= 2 else "contiguous"
+    )
     meta_out = to_meta(out)
     OPS.weighted_sum.out(x, w, out=out)
     OPS.weighted_sum.out(to_meta(x), to_meta(w), out=meta_out)

@@ -3,6 +3,7 @@
 Checked against the tensor overload with the number as a 0-dim tensor of the result dtype (the
 Scalar kernel is defined as exactly that), the float64 reference, and the composite's dtype.
 """
+
 import pytest
 import torch
 from torch.autograd import gradcheck
@@ -54,7 +55,7 @@ def test_vmap_and_meta():
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_compiles(dynamic):
     torch._dynamo.reset()
-    f = lambda x: torch.relu(OPS.weighted_sum(x + 1, 2.5))  # noqa: E731
+    f = lambda x: torch.relu(OPS.weighted_sum(x + 1, 2.5))
     compiled = torch.compile(f, fullgraph=True, dynamic=dynamic)
     for n in (4, 9):
         x = torch.randn(n, 3, dtype=torch.bfloat16, requires_grad=True)

@@ -4,6 +4,7 @@ Each transform of the op is compared with the same transform of the composite `w
 Every test runs with functorch's per-example vmap fallback disabled, so a missing batching rule
 fails instead of silently looping (jacfwd, jacrev, hessian and per-sample gradients all vmap).
 """
+
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -107,7 +108,9 @@ def test_jvp_matches_composite(device, case, tangents):
 
 
 @pytest.mark.parametrize("argnums", [0, 1, (0, 1)], ids=["input", "weight", "both"])
-@pytest.mark.parametrize("case", ["same_shape", "channel_weight", "zero_dim_weight", "zero_dim_input", "mixed_float32_float64"])
+@pytest.mark.parametrize(
+    "case", ["same_shape", "channel_weight", "zero_dim_weight", "zero_dim_input", "mixed_float32_float64"]
+)
 def test_jacfwd_matches_composite(device, case, argnums):
     x, w = case_tensors(case, device)
     assert_same(jacfwd(op, argnums=argnums)(x, w), jacfwd(composite, argnums=argnums)(x, w), (x, w))
@@ -185,7 +188,7 @@ def test_out_with_tangents_raises_under_jvp(device):
         jvp(f, (x,), (torch.randn_like(x),))
 
 
-@pytest.mark.parametrize("tangents", list(TANGENTS) + ["grad"])
+@pytest.mark.parametrize("tangents", [*list(TANGENTS), "grad"])
 @pytest.mark.parametrize("case", ["same_shape", "channel_weight", "both_broadcast", "zero_dim_weight"])
 def test_jvp_of_backward_op_matches_composite(device, case, tangents):
     x, w = case_tensors(case, device)
@@ -193,7 +196,9 @@ def test_jvp_of_backward_op_matches_composite(device, case, tangents):
     with_g = tangents == "grad"
     with_x, with_w = TANGENTS.get(tangents, (False, False))
     primals = (g, x, w)
-    tangents = tuple(torch.randn_like(t) if on else torch.zeros_like(t) for t, on in zip(primals, (with_g, with_x, with_w)))
+    tangents = tuple(
+        torch.randn_like(t) if on else torch.zeros_like(t) for t, on in zip(primals, (with_g, with_x, with_w))
+    )
     assert_same(jvp(backward_op, primals, tangents), jvp(composite_backward, primals, tangents))
 
 
@@ -267,9 +272,7 @@ def test_grad_of_jvp_matches_composite(device, case):
 
 def test_grad_of_inplace_on_non_leaf_matches_composite(device):
     x, w = case_tensors("channel_weight", device)
-    assert_same(
-        grad(loss_of(inplace_on_clone), argnums=(0, 1))(x, w), grad(loss_of(composite), argnums=(0, 1))(x, w)
-    )
+    assert_same(grad(loss_of(inplace_on_clone), argnums=(0, 1))(x, w), grad(loss_of(composite), argnums=(0, 1))(x, w))
 
 
 @pytest.mark.parametrize("transform", ["grad", "jvp"])
@@ -281,7 +284,9 @@ def test_inplace_into_captured_tensor_raises(device, transform):
         OPS.weighted_sum_(captured, w)
         return captured.sum()
 
-    with pytest.raises(RuntimeError, match=r"in-place operation \(custom::weighted_sum_\) that would mutate a captured Tensor"):
+    with pytest.raises(
+        RuntimeError, match=r"in-place operation \(custom::weighted_sum_\) that would mutate a captured Tensor"
+    ):
         if transform == "grad":
             grad(f)(w)
         else:
@@ -359,7 +364,10 @@ def test_vmap_of_grad_per_sample_matches_composite(device, case):
 VMAP_IN_DIMS = {
     "batched_input": ((0, None), lambda x, w: (x.expand(4, *x.shape).clone(), w)),
     "batched_weight": ((None, 0), lambda x, w: (x, torch.stack([w * k for k in range(1, 5)]))),
-    "both_batch_dims_moved": ((1, 0), lambda x, w: (torch.stack([x * k for k in range(1, 5)], dim=1), torch.stack([w + k for k in range(4)]))),
+    "both_batch_dims_moved": (
+        (1, 0),
+        lambda x, w: (torch.stack([x * k for k in range(1, 5)], dim=1), torch.stack([w + k for k in range(4)])),
+    ),
 }
 
 
@@ -462,7 +470,7 @@ def test_vmap_rules_are_registered_in_cpp():
 
 
 GRADCHECK_CASES = ["same_shape", "channel_weight", "both_broadcast", "zero_dim_weight", "zero_dim_input"]
-CHECKS = dict(check_forward_ad=True, check_batched_grad=True, check_batched_forward_grad=True)
+CHECKS = {"check_forward_ad": True, "check_batched_grad": True, "check_batched_forward_grad": True}
 
 
 def leaves(case, device):
@@ -538,7 +546,7 @@ def test_compile_vmap_of_grad(device, fresh_dynamo):
 def test_compile_jvp(device, fresh_dynamo):
     x, w = case_tensors("channel_weight", device)
     tx, tw = torch.randn_like(x), torch.randn_like(w)
-    f = lambda f_: (lambda x, w: jvp(f_, (x, w), (tx, tw)))
+    f = lambda f_: lambda x, w: jvp(f_, (x, w), (tx, tw))
     assert_same(compiled_ops_only(f(op), x, w), f(composite)(x, w))
 
 
@@ -547,11 +555,12 @@ def test_compiled_autograd_matches_eager(device, fresh_dynamo):
     from torch._dynamo.utils import counters
 
     x, w = leaves("channel_weight", device)
+
     # First and second order: the op's node, and the backward op's node (run by backward of a
     # gradient taken eagerly with create_graph=True).
     def step(x, w):
         (gx,) = torch.autograd.grad(op(x, w).sum(), x, create_graph=True)
-        return (op(x, w).square().sum() + gx.sin().sum())
+        return op(x, w).square().sum() + gx.sin().sum()
 
     expected = torch.autograd.grad(step(x, w), (x, w))
     counters.clear()

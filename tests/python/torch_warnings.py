@@ -4,6 +4,7 @@ A C++ `TORCH_WARN` reaches Python as a `warnings` warning, or c10's default hand
 stderr (torch 2.11 did that for torch.ops calls; 2.15 raises a Python UserWarning). Tests check
 the text, never the channel. Not a test module: the test files import it.
 """
+
 import contextlib
 import re
 import warnings
@@ -37,7 +38,9 @@ def torchscript_deprecation():
     with warnings.catch_warnings(record=True) as recorded:
         warnings.simplefilter("always")
         yield
-    expected = [r for r in recorded if r.category is TORCHSCRIPT_WARNING and TORCHSCRIPT_DEPRECATION.search(str(r.message))]
+    expected = [
+        r for r in recorded if r.category is TORCHSCRIPT_WARNING and TORCHSCRIPT_DEPRECATION.search(str(r.message))
+    ]
     others = [f"{r.category.__name__}: {r.message}" for r in recorded if r not in expected]
     assert not others, f"unexpected warnings: {others}"
     assert expected, f"torch {torch.__version__}: no {TORCHSCRIPT_WARNING.__name__} that TorchScript is deprecated"

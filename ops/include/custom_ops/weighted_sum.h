@@ -32,9 +32,6 @@ CUSTOM_OPS_API at::Tensor& weighted_sum_(at::Tensor& self, const at::Tensor& wei
 // The fused backward: (grad_input, grad_weight) = (2 * weight * input * grad, input**2 * grad), each
 // summed back to its argument's shape. A gradient whose output_mask entry is false is undefined.
 CUSTOM_OPS_API std::tuple<at::Tensor, at::Tensor> weighted_sum_backward(
-    const at::Tensor& grad,
-    const at::Tensor& input,
-    const at::Tensor& weight,
-    std::array<bool, 2> output_mask);
+    const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight, std::array<bool, 2> output_mask);
 
 }  // namespace custom
