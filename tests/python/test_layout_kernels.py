@@ -1,8 +1,8 @@
-"""The layouts that have CUDA forward kernels of their own (kernels/cuda/forward_layout.h): a row
+"""The layouts that have CUDA forward kernels of their own (kernels/cuda/weighted_sum_forward_layout.h): a row
 or column broadcast (16-byte vectors) and transposed operands (shared-memory tiles). Values on
 every dtype against the float64 reference, at sizes that leave partial vectors-per-block and
 partial tiles, through the functional, out= and in-place forms. On the CPU the same cases check
-the CPU loops' strided paths; tests/cpp/cuda_forward_layout_test.cpp checks which kernel such
+the CPU loops' strided paths; tests/cpp/weighted_sum_forward_layout_test.cpp checks which kernel such
 layouts get."""
 
 import pytest

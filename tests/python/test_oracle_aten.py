@@ -34,16 +34,16 @@ MIN_EXAMPLES_PER_DEVICE = 3000
 dtypes = st.one_of(st.sampled_from(FLOAT_DTYPES), st.sampled_from(FLOAT_DTYPES), st.sampled_from(OTHER_DTYPES))
 sizes = st.sampled_from([0, 1, 1, 2, 2, 3, 4, 5])
 # A .Scalar weight: mostly ordinary floats; ints, bools, complex numbers (a complex result, refused),
-# special values and numbers a float16 or bfloat16 result cannot hold (rounded to inf, as the README
-# says). Not yet numbers that float32 or an integer input's dtype cannot hold: see the two
-# test_scalar_weight_beyond_* below.
+# special values and numbers the result's dtype cannot hold (rounded to inf, as the README says;
+# for an integer input, the dtype refusal).
 numbers = st.one_of(
     st.floats(-4, 4),
     st.floats(-4, 4),
     st.integers(-3, 3),
     st.booleans(),
     st.complex_numbers(max_magnitude=4, allow_nan=False, allow_infinity=False),
-    st.sampled_from([float("inf"), float("-inf"), float("nan"), -0.0, 1e-30, 65504.0, 1e5, 1e30]),
+    st.sampled_from([float("inf"), float("-inf"), float("nan"), -0.0, 1e-30, 65504.0, 1e5, 1e30, 1e39, -1e300]),
+    st.sampled_from([2**40, -(2**63), 2**63 - 1]),
 )
 
 
@@ -365,23 +365,12 @@ def _scalar_case(dtype, weight):
     return Case("weighted_sum.Scalar", (Buffer(dtype, 2),), args, 0, (2,))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: weighted_sum.Scalar makes a number beyond float32's range a "
-    "float32 weight with a checked conversion and raises 'value cannot be converted to type float "
-    "without overflow' (naming no op) where ATen's `1e39 * x.square()` gives inf",
-)
+# A number past the result dtype's range: inf as in ATen (once a checked conversion raised,
+# naming no op); for an integer input, the documented dtype refusal (once the same overflow error).
 def test_scalar_weight_beyond_float32_range_gives_inf(device):
     assert oracle.judge(_scalar_case(torch.float32, 1e39), device) == oracle.COMPUTED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: weighted_sum.Scalar converts the number to an integer input's "
-    "dtype before checking that dtype, so `weighted_sum.Scalar(int8 tensor, 2**40)` raises 'value "
-    "cannot be converted to type int8_t without overflow' (naming no op or argument), not the "
-    "documented dtype refusal",
-)
 def test_scalar_weight_beyond_an_integer_inputs_range_is_the_dtype_refusal(device):
     assert oracle.judge(_scalar_case(torch.int8, 2**40), device) == "refused (dtype)"
 

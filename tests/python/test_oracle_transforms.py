@@ -12,8 +12,7 @@ composite under the transform; see oracle.py for the outcomes it accepts. Per tr
   vmap  batch sizes 0 to 3, every operand batched at a random (also negative) dim or not, batch
         dims expanded too; in place with self batched or not; out= batched (both raise) or, with
         only an unused argument batched, computing
-A .Scalar weight is a Python number: differentiated and batched only through the input (batch sizes
-1 to 3 until it has a batching rule: see FALLBACK_NEEDED).
+A .Scalar weight is a Python number: differentiated and batched only through the input.
 """
 
 import contextlib
@@ -51,9 +50,8 @@ CAMPAIGNS = {
 }
 
 
-# weighted_sum.Scalar has no batching rule yet (the two xfail tests below): its vmap campaign runs
-# through functorch's per-example fallback, which refuses empty batches.
-FALLBACK_NEEDED = {(VMAP, "weighted_sum.Scalar")}
+# Campaigns that need functorch's per-example fallback (none: every overload has a batching rule).
+FALLBACK_NEEDED = set()
 
 
 def key(transform, overload_name):
@@ -205,15 +203,9 @@ def test_transform_campaigns_ran_enough_examples(device):
 
 
 # ---------------------------------------------------------------------------------------------
-# Known library bugs
+# .Scalar under vmap: its composite is registered at the vmap key too, so functorch's per-example
+# fallback (which refuses empty batches) never runs
 # ---------------------------------------------------------------------------------------------
-
-SCALAR_HAS_NO_BATCHING_RULE = (
-    "library bug: weighted_sum.Scalar has no vmap batching rule (its CompositeImplicitAutograd kernel "
-    "is not reached under vmap: the FuncTorchBatched key comes first), so vmap runs functorch's "
-    "per-example fallback, which raises 'Batching rule not implemented for custom::weighted_sum.Scalar' "
-    "for an empty batch, where `2.5 * x.square()` computes, and for every batch with the fallback off"
-)
 
 
 def _scalar_vmap(batch):
@@ -227,12 +219,10 @@ def _scalar_vmap(batch):
     return Transformed(VMAP, case, in_dims=(("input", 0),))
 
 
-@pytest.mark.xfail(strict=True, reason=SCALAR_HAS_NO_BATCHING_RULE)
 def test_vmap_of_scalar_overload_over_an_empty_batch(device):
     assert oracle.judge_transform(_scalar_vmap(0), device) == oracle.COMPUTED
 
 
-@pytest.mark.xfail(strict=True, reason=SCALAR_HAS_NO_BATCHING_RULE)
 def test_vmap_of_scalar_overload_without_the_per_example_fallback(device):
     with vmap_fallback(False):
         assert oracle.judge_transform(_scalar_vmap(2), device) == oracle.COMPUTED
