@@ -24,8 +24,11 @@ class DefineLibraryOnce {
 
 }  // namespace custom::detail
 
+// m names the function's parameter, which cannot be parenthesized.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define CUSTOM_OPS_LIBRARY(ns, m)                                                       \
   static void CUSTOM_OPS_LIBRARY_define_##ns(torch::Library&);                          \
   static const ::custom::detail::DefineLibraryOnce CUSTOM_OPS_LIBRARY_once_##ns(        \
       #ns, &CUSTOM_OPS_LIBRARY_define_##ns, __FILE__, static_cast<uint32_t>(__LINE__)); \
   void CUSTOM_OPS_LIBRARY_define_##ns(torch::Library& m)
+// NOLINTEND(bugprone-macro-parentheses)
