@@ -90,9 +90,7 @@ constexpr detail::WeightedSumLoops kCudaLoops{
     .backward_fused = backward_fused_loop,
     .backward_input = backward_input_loop,
     .backward_weight = backward_weight_loop,
-    // cuda::backward_per_channel (weighted_sum_backward_per_channel.cu) is built but not used
-    // until it has run on a GPU (issue 15): CUDA keeps the generic backward meanwhile.
-    .backward_per_channel = nullptr,
+    .backward_per_channel = cuda::backward_per_channel,
 };
 
 }  // namespace

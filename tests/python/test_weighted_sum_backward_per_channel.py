@@ -35,13 +35,6 @@ LAYOUTS = {
 MASKS = [(True, True), (True, False), (False, True)]
 
 
-def skip_until_the_cuda_path_is_enabled(device):
-    # The CUDA kernels are built but not registered until they have run on a GPU (issue 15); the
-    # value, mask and determinism tests hold for CUDA's generic path too, these two do not.
-    if device == "cuda":
-        pytest.skip("the CUDA per-channel backward is not enabled yet (kernels/cuda/weighted_sum_kernel.cu)")
-
-
 def make(shape, dtype, device, offset=0):
     """randn of `shape`; with `offset`, a contiguous view starting `offset` elements into a
     larger buffer (a pointer off the 16-byte alignment, like x[1:] of a flat tensor)."""
@@ -175,7 +168,6 @@ ACCURACY_CASES = {
 @pytest.mark.parametrize("case", ACCURACY_CASES)
 @pytest.mark.parametrize("signs", ["mixed", "positive"])
 def test_weight_gradient_at_least_as_accurate_as_sum_to(device, case, dtype, signs):
-    skip_until_the_cuda_path_is_enabled(device)
     x_shape, w_shape = ACCURACY_CASES[case]
     x, w, grad = make(x_shape, dtype, device), make(w_shape, dtype, device), make(x_shape, dtype, device)
     if signs == "positive":
@@ -196,7 +188,6 @@ def test_weight_gradient_at_least_as_accurate_as_sum_to(device, case, dtype, sig
 
 @pytest.mark.parametrize("layout", ["row_130x1024", "column_6x4500", "nchw_2x4x50x60"])
 def test_per_channel_path_runs_no_full_size_sum(device, layout):
-    skip_until_the_cuda_path_is_enabled(device)
     x_shape, w_shape = LAYOUTS[layout]
     x, w, grad = (
         make(x_shape, torch.float32, device),
