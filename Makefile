@@ -15,6 +15,9 @@ CUDA ?= AUTO
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 PYTEST_ARGS ?=
+# pytest-xdist processes for the Python tests (1: none), each taking whole test files: a file's
+# session fixtures and its campaign's count test stay in one process.
+PYTEST_WORKERS ?= 2
 PYTHON = $(shell cat $(BUILD)/python-path)
 
 # The lint and format tools, pinned, in their own venv (scripts/setup-lint.sh).
@@ -43,12 +46,16 @@ demo: install
 test: install
 	ctest --test-dir $(BUILD) --output-on-failure
 	CUSTOM_OPS_LIBRARY=$(PREFIX)/lib/libcustom_ops.so CUSTOM_OPS_PREFIX=$(PREFIX) CUSTOM_OPS_CUDA=$(CUDA) \
-	  $(PYTHON) -m pytest tests/python -q -rs $(PYTEST_ARGS)
+	  $(PYTHON) -m pytest tests/python -q -rs $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) \
+	  $(PYTEST_ARGS)
 
 # The C++ tests again, built with AddressSanitizer and UndefinedBehaviorSanitizer (CPU kernels).
+# -O1 and line tables only (-g1): what the sanitizers' reports need, and the build (every file
+# includes torch's headers) is the longest part of the target.
 sanitize: install
 	$(MAKE) install BUILD=$(BUILD)-sanitize PREFIX=$(BUILD)-sanitize/install CUDA=OFF \
 	  CMAKE_ARGS="-DCUSTOM_OPS_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    '-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG' \
 	    -DCUSTOM_OPS_SCRIPTING_LIBRARY=$(PREFIX)/lib/libcustom_ops.so"
 	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(BUILD)-sanitize --output-on-failure

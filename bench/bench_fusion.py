@@ -3,6 +3,7 @@ composite `relu(w * (a + b).square()) * 3`, and the op alone compiled against ou
 
     python bench/bench_fusion.py                 # GPU: n = 2^24 .. 2^28, float32 and bfloat16
     python bench/bench_fusion.py --cpu --max-log2 20
+    python bench/bench_fusion.py --git-commit abc1234   # a copied tree: name the commit that runs
 
 Variants per dtype and size (contiguous [n], w [n]):
   model_ours        the model with our op, compiled (Inductor decomposes the op and fuses it)
@@ -20,6 +21,7 @@ import argparse
 import datetime
 import importlib.util
 import json
+import os
 import pathlib
 import platform
 import statistics
@@ -43,8 +45,22 @@ def parse_args(argv=None):
     parser.add_argument("--warmup-ms", type=float, default=25.0)
     parser.add_argument("--rep-ms", type=float, default=100.0)
     parser.add_argument("--min-run-time", type=float, default=0.2, help="CPU seconds per variant and size")
+    parser.add_argument(
+        "--git-commit",
+        default=os.environ.get("CUSTOM_OPS_GIT_COMMIT"),
+        help="commit to record, for a copied tree whose .git is missing or stale "
+        "(default $CUSTOM_OPS_GIT_COMMIT, else git rev-parse of this checkout)",
+    )
     parser.add_argument("--output", type=pathlib.Path, default=None, help="JSON path (default bench/results/...)")
     return parser.parse_args(argv)
+
+
+def git_commit(given: str | None) -> str:
+    """The commit given, else this checkout's HEAD (short), else "unknown"."""
+    if given:
+        return given
+    result = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return result.stdout.strip() or "unknown"
 
 
 def load(library):
@@ -151,12 +167,7 @@ def main(argv=None):
                 + "  ".join(f"{k} {v:.3f}" for k, v in ratios.items()),
                 flush=True,
             )
-    commit = (
-        subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        or "unknown"
-    )
+    commit = git_commit(args.git_commit)
     label = "cpu" if args.cpu else torch.cuda.get_device_name().split()[-1].lower()
     output = args.output or REPO / "bench" / "results" / f"{datetime.date.today()}-fusion-{label}-{commit}.json"
     output.parent.mkdir(parents=True, exist_ok=True)

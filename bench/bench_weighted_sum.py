@@ -21,7 +21,9 @@ One process measures, side by side, on the GPU (or with --cpu on the CPU):
 over sizes 2^min-log2 .. 2^max-log2, dtypes float32/bfloat16/float16 and three layouts
 (contiguous, weight [C] broadcast over [N, C], transposed input), plus the per-call Python time of
 small calls. Every variant is checked against a float64 reference before it is timed. Results go
-to a printed table and to bench/results/<date>-<device>.json; see bench/README.md.
+to a printed table and to bench/results/<date>-<device>.json, rewritten after each dtype and layout
+with "complete": false until the run ends, so a run cut short keeps what it measured; see
+bench/README.md.
 
 The code is in four files: this one (command line and the sweep), bench_harness.py (checks,
 timers, result rows, environment), weighted_sum_variants.py (cases, inputs, what is timed) and
@@ -215,7 +217,8 @@ def measure_case(case: Case, device, timer, compiled, with_fwd_bwd: bool) -> lis
     return harness.timed_rows(case, x.shape, variants, timer(variants), FWD_BWD_VARIANTS)
 
 
-def sweep(args, device, timer_for) -> list[dict]:
+def sweep(args, device, timer_for, group_done=None) -> list[dict]:
+    """Every case's rows; group_done(rows so far), where given, after each (dtype, layout)."""
     rows = []
     for threads in args.threads:
         timer = timer_for(threads)
@@ -238,6 +241,8 @@ def sweep(args, device, timer_for) -> list[dict]:
                     case_rows = measure_case(case, device, timer, compiler.for_size(log2n), with_fwd_bwd)
                     report.print_rows(case_rows)
                     rows += case_rows
+                if group_done is not None:
+                    group_done(rows)
     return rows
 
 
@@ -291,18 +296,30 @@ def main(argv=None) -> int:
         f"commit {meta['git_commit']}, timing: {timing}"
     )
     harness.warn_if_busy(meta)
+    path = report.output_path(args, meta)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    target_threads = all_threads if device.type == "cpu" else None
 
-    rows = sweep(args, device, timer_for)
+    def write(rows, summary, complete):
+        """The results so far; rewritten after each (dtype, layout), so a run cut by a time
+        limit keeps what it measured ("complete": false, its summary over those rows)."""
+        meta["elapsed_s"] = round(time.perf_counter() - started, 1)
+        meta["loadavg_end"] = harness.load_average()
+        results = {**meta, "complete": complete, "summary": summary, "rows": rows}
+        partial = path.with_name(path.name + ".partial")  # replaced in one step: never half written
+        partial.write_text(report.results_json(results))
+        partial.replace(path)
+
+    def group_done(rows):
+        found = (report.evaluate(target, rows, device.type, target_threads) for target in report.targets())
+        write(rows, [result for result in found if result is not None], complete=False)
+
+    rows = sweep(args, device, timer_for, group_done)
     torch.set_num_threads(all_threads)
     host_rows = host_overhead(args, device)
     report.print_host_rows(host_rows)
-    summary = report.summarize(rows + host_rows, device.type, all_threads if device.type == "cpu" else None)
-
-    path = report.output_path(args, meta)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    meta["elapsed_s"] = round(time.perf_counter() - started, 1)
-    meta["loadavg_end"] = harness.load_average()
-    path.write_text(report.results_json({**meta, "summary": summary, "rows": rows + host_rows}))
+    summary = report.summarize(rows + host_rows, device.type, target_threads)
+    write(rows + host_rows, summary, complete=True)
     print(f"\nwrote {path} ({meta['elapsed_s']} s)")
     if args.plot:
         report.plot(path, args.output_dir / "docs" / f"bandwidth-{meta['device']}.png")

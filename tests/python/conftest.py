@@ -2,15 +2,22 @@
 
 The names tests share (REPO, LIBRARY, HAS_GPU, CUDA_BUILT, DEVICES) live in environment.py. Before
 any test, checks the C++ compiler that Inductor builds with (torch.compile on CPU, AOTInductor).
+Under pytest-xdist (`make test` runs workers, one test file per worker at a time), the package is
+built once for all workers and the oracle campaigns' outcome counts are gathered from them.
 """
 
+import collections
+import importlib.util
+import os
+import subprocess
 import sys
 
 import pytest
 import torch
+from filelock import FileLock  # a dependency of torch
 
 import environment
-from environment import LIBRARY, links_libstdcxx_statically
+from environment import LIBRARY, REPO, links_libstdcxx_statically
 
 torch.ops.load_library(str(LIBRARY))
 
@@ -18,6 +25,61 @@ torch.ops.load_library(str(LIBRARY))
 @pytest.fixture(params=environment.DEVICES)  # read after the load: it asks for the CUDA kernels
 def device(request):
     return request.param
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory):
+    """The directory to put on PYTHONPATH for `import custom_ops` (None: already importable).
+
+    Built once per run (a build of the library, minutes on 2 cores) for every module that runs the
+    package in a fresh interpreter: test_package, test_package_inductor, test_onnx_export. Under
+    pytest-xdist the workers share the run's base directory: the first builds under a file lock,
+    the others wait for it and reuse the package (pytest-xdist's advice for session fixtures)."""
+    if importlib.util.find_spec("custom_ops") is not None:
+        return None
+    if importlib.util.find_spec("scikit_build_core") is None:
+        pytest.fail(
+            "scikit-build-core is not installed: `pip install scikit-build-core` (needed by "
+            "`pip install --no-build-isolation .`)"
+        )
+    if "if(SKBUILD)" not in (REPO / "CMakeLists.txt").read_text():
+        pytest.fail(
+            "CMakeLists.txt has no if(SKBUILD) branch: `pip install .` would not put libcustom_ops.so "
+            "and _build_info.py into the custom_ops package"
+        )
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the workers' base directories are its children
+    root = shared / "package"
+    target = root / "site"
+    with FileLock(f"{root}.lock"):
+        if not (root / "built").is_file():
+            _build_package(root, target)
+            (root / "built").touch()
+    return target
+
+
+def _build_package(root, target):
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-build-isolation",
+        "--no-deps",
+        "--no-input",
+        "--disable-pip-version-check",
+        "--target",
+        str(target),
+        "-C",
+        "cmake.define.CUSTOM_OPS_CUDA=OFF",
+        "-C",
+        f"build-dir={root / 'build'}",
+        str(REPO),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+    if result.returncode != 0:
+        pytest.fail(f"{' '.join(command)} failed:\n{result.stdout[-5000:]}\n{result.stderr[-5000:]}")
 
 
 def pytest_sessionstart(session):
@@ -38,11 +100,27 @@ def pytest_sessionstart(session):
         )
 
 
-def pytest_terminal_summary(terminalreporter):
-    # The ATen-oracle campaign's example count and outcomes (printed even with -q).
+# (device, overload) -> outcome counts, sent by each pytest-xdist worker when it finishes.
+WORKER_OUTCOMES = collections.defaultdict(collections.Counter)
+
+
+def pytest_sessionfinish(session):
     oracle = sys.modules.get("oracle")
-    if oracle is None or not oracle.OUTCOMES:
-        return
-    for (device, overload), outcomes in sorted(oracle.OUTCOMES.items()):
-        counts = ", ".join(f"{name} {n}" for name, n in sorted(outcomes.items()))
-        terminalreporter.write_line(f"ATen oracle {device} {overload}: {sum(outcomes.values())} examples ({counts})")
+    workeroutput = getattr(session.config, "workeroutput", None)  # set on pytest-xdist workers only
+    if oracle is not None and workeroutput is not None:
+        workeroutput["oracle_outcomes"] = [[*key, dict(counts)] for key, counts in oracle.OUTCOMES.items()]
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without it
+def pytest_testnodedown(node, error):
+    for device, overload, counts in getattr(node, "workeroutput", {}).get("oracle_outcomes", []):
+        WORKER_OUTCOMES[(device, overload)].update(counts)
+
+
+def pytest_terminal_summary(terminalreporter):
+    # The ATen-oracle campaigns' example counts and outcomes (printed even with -q).
+    oracle = sys.modules.get("oracle")
+    outcomes = WORKER_OUTCOMES or (oracle.OUTCOMES if oracle is not None else {})
+    for (device, overload), counter in sorted(outcomes.items()):
+        counts = ", ".join(f"{name} {n}" for name, n in sorted(counter.items()))
+        terminalreporter.write_line(f"ATen oracle {device} {overload}: {sum(counter.values())} examples ({counts})")

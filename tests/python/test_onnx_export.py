@@ -2,14 +2,14 @@
 onnx.checker and onnxruntime at several batch sizes of a dynamic batch dimension.
 
 Needs onnx, onnxscript and onnxruntime (skipped without them) and the package (the `site` fixture
-of test_package.py): each export runs in a fresh interpreter.
+of conftest.py): each export runs in a fresh interpreter.
 """
 
 import json
 
 import pytest
 
-from test_package import run_python, site  # noqa: F401  (the fixture)
+from test_package import run_python
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxscript")

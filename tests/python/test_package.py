@@ -1,12 +1,11 @@
 """The Python package `custom_ops` (pyproject.toml + scikit-build-core + the top-level CMake).
 
-Uses the installed package when `custom_ops` is importable, else builds it once with
-`pip install --no-build-isolation --no-deps --target <tmp>` (CPU kernels only, about a minute on
-2 cores). Every check runs in a fresh interpreter: this test process already loaded another copy of
-the library (conftest), and one process can hold only one.
+Uses the installed package when `custom_ops` is importable, else builds it once per session with
+`pip install --no-build-isolation --no-deps --target <tmp>` (conftest.py's `site` fixture; CPU
+kernels only, about 4 minutes on 2 cores). Every check runs in a fresh interpreter: this test
+process already loaded another copy of the library (conftest), and one process can hold only one.
 """
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -37,46 +36,6 @@ def run_python(code, pythonpath, check=True):
     if check and result.returncode != 0:
         pytest.fail(f"python failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
     return result
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """The directory to put on PYTHONPATH for `import custom_ops` (None: already importable)."""
-    if importlib.util.find_spec("custom_ops") is not None:
-        return None
-    if importlib.util.find_spec("scikit_build_core") is None:
-        pytest.fail(
-            "scikit-build-core is not installed: `pip install scikit-build-core` (needed by "
-            "`pip install --no-build-isolation .`)"
-        )
-    if "if(SKBUILD)" not in (REPO / "CMakeLists.txt").read_text():
-        pytest.fail(
-            "CMakeLists.txt has no if(SKBUILD) branch: `pip install .` would not put libcustom_ops.so "
-            "and _build_info.py into the custom_ops package"
-        )
-    root = tmp_path_factory.mktemp("package")
-    target = root / "site"
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--no-build-isolation",
-        "--no-deps",
-        "--no-input",
-        "--disable-pip-version-check",
-        "--target",
-        str(target),
-        "-C",
-        "cmake.define.CUSTOM_OPS_CUDA=OFF",
-        "-C",
-        f"build-dir={root / 'build'}",
-        str(REPO),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
-    if result.returncode != 0:
-        pytest.fail(f"{' '.join(command)} failed:\n{result.stdout[-5000:]}\n{result.stderr[-5000:]}")
-    return target
 
 
 @pytest.mark.slow
@@ -141,7 +100,7 @@ def test_weighted_sum_function(site):
 
 @pytest.mark.slow
 def test_out_and_in_place_wrappers_return_the_tensor_they_wrote(site):
-    run_python(
+    result = run_python(
         """
         import typing, warnings, torch, custom_ops
         x, w = torch.randn(4, 5), torch.randn(5)
@@ -155,7 +114,8 @@ def test_out_and_in_place_wrappers_return_the_tensor_they_wrote(site):
             warnings.simplefilter("always")
             assert custom_ops.weighted_sum(x, w, out=small) is small
         assert torch.equal(small, expected)
-        assert any("was resized" in str(warning.message) for warning in caught), [str(c.message) for c in caught]
+        # torch 2.15 raises ATen's warning as a Python warning, 2.11 prints it on stderr (checked below).
+        print("resize warning as a Python warning:", any("was resized" in str(c.message) for c in caught))
 
         self = x.clone()
         assert custom_ops.weighted_sum_(self, w) is self
@@ -200,6 +160,8 @@ def test_out_and_in_place_wrappers_return_the_tensor_they_wrote(site):
         """,
         site,
     )
+    as_python_warning = "resize warning as a Python warning: True" in result.stdout
+    assert as_python_warning or "was resized" in result.stderr, (result.stdout, result.stderr)
 
 
 # Runs the op on a DTensor of a 1-rank gloo group: DTensor raises "no sharding strategy

@@ -1,14 +1,14 @@
 """`import custom_ops` and Inductor: lazy registration, the opt-out, the on-disk cache key.
 
 Each check runs in a fresh interpreter with the package importable (the `site` fixture of
-test_package.py: the installed package, or one built once into a temporary directory).
+conftest.py: the installed package, or one built once into a temporary directory).
 """
 
 import json
 
 import pytest
 
-from test_package import run_python, site  # noqa: F401  (the fixture)
+from test_package import run_python
 
 pytestmark = pytest.mark.slow
 
