@@ -70,8 +70,9 @@ except RuntimeError as e: print('python error path OK:', str(e).splitlines()[0])
 PY=$(cat $BUILD/python-path)
 if [ $TESTS = 1 ]; then
   [ "${SKIP_CTEST:-0}" = 1 ] || step ctest ctest.log 120 ctest --test-dir $BUILD --output-on-failure -j4
-  # pytest-xdist, where present, spreads the tests over processes (one CUDA context each).
-  PARALLEL=$("$PY" -c "import xdist" 2>/dev/null && echo "-n $(( $(nproc) > 24 ? 16 : $(nproc) / 2 ))" || true)
+  # pytest-xdist, where present, spreads the test files over processes (one CUDA context each; a
+  # file stays in one process, as in make test: its campaign and count test together).
+  PARALLEL=$("$PY" -c "import xdist" 2>/dev/null && echo "-n $(( $(nproc) > 24 ? 16 : $(nproc) / 2 )) --dist loadfile" || true)
   step pytest pytest.log "${PYTEST_LIMIT:-400}" env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
     "$PY" -m pytest ${PYTEST_TARGETS:-tests/python} -q -rs --durations=15 $PARALLEL ${PYTEST_K:+-k "$PYTEST_K"}
 fi
