@@ -33,7 +33,7 @@ import torch
 
 import bench_harness as harness
 import weighted_sum_report as report
-from weighted_sum_variants import DTYPES, FWD_BWD_VARIANTS, Case, forward_variants, make_inputs, nbytes
+from weighted_sum_variants import DTYPES, FWD_BWD_VARIANTS, Case, forward_variants, fwd_bwd_floor_bytes, make_inputs
 
 HEADER = re.compile(
     r"^custom::weighted_sum benchmark on (?P<device_name>.+) \((?P<device>[^)]+)\), torch (?P<torch>\S+), "
@@ -67,12 +67,12 @@ def parse(text: str) -> tuple[dict, dict]:
 
 def bytes_of(case: Case, names) -> tuple[tuple, dict]:
     """The shape of x and the bytes of each variant of `names`, from meta tensors of the case's
-    layout (nothing allocated). Forward variants: their own accounting in forward_variants. The
-    forward+backward ones all move fwd_bwd_variants' floor bytes, computed here as it does (its
-    variants would need the library loaded); the printed GB/s check catches a drift."""
+    layout (nothing allocated). Forward variants: their own accounting in forward_variants; the
+    forward+backward ones all move fwd_bwd_floor_bytes (fwd_bwd_variants itself would need the
+    library loaded)."""
     x, w, y = make_inputs(case, torch.device("meta"))
     moved = {variant.name: variant.bytes for variant in forward_variants(x, w, y, compiled=lambda *_: None)}
-    floor_bytes = 2 * nbytes(x, w) + nbytes(x, x, x, w)  # read x, w; write y; read g, x, w; write gx, gw
+    floor_bytes = fwd_bwd_floor_bytes(x, w)
     return tuple(x.shape), {name: floor_bytes if name in FWD_BWD_VARIANTS else moved[name] for name in names}
 
 

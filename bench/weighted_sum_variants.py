@@ -150,6 +150,12 @@ def forward_variants(x, w, y, compiled) -> list[Variant]:
     return variants
 
 
+def fwd_bwd_floor_bytes(x, w) -> int:
+    """The 8-stream floor: read x, w; write y; read g, x, w; write grad_x, grad_w (a broadcast
+    weight and its gradient count at their own size: 5 full-size streams)."""
+    return 2 * nbytes(x, w) + nbytes(x, x, x, w)  # g has x's shape and dtype
+
+
 def fwd_bwd_variants(x, w, compiled) -> list[Variant]:
     """Forward + backward through autograd: returns (y, grad_x, grad_w) for one upstream grad g."""
     xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
@@ -166,9 +172,7 @@ def fwd_bwd_variants(x, w, compiled) -> list[Variant]:
         x64, w64, g64 = x.double(), w.double(), g.double()
         return (w64 * x64**2, 2 * w64 * x64 * g64, summed_to(x64**2 * g64, w.shape))
 
-    # The 8-stream floor: read x, w; write y; read g, x, w; write grad_x, grad_w (a broadcast
-    # weight and its gradient count at their own size: 5 full-size streams).
-    floor_bytes = 2 * nbytes(x, w) + nbytes(x, g, x, w)
+    floor_bytes = fwd_bwd_floor_bytes(x, w)
     forwards = {"ours_fwd_bwd": torch.ops.custom.weighted_sum, "eager_fwd_bwd": eager_composite}
     if compiled is not None:
         forwards["compile_fwd_bwd"] = compiled
