@@ -4,9 +4,6 @@
 // tangent for forward mode. Grad mode is never toggled, so under torch.func transforms each level
 // records its own graph (functorch reuses exactly these kernels, level by level), and every
 // caller (Python, C++, TorchScript, torch.compile) differentiates the op the same way.
-#include <algorithm>
-#include <initializer_list>
-
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/functorch/TensorWrapper.h>
@@ -14,6 +11,7 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
+#include "dual_tensors.h"
 #include "node_pointer.h"
 #include "ops/weighted_sum_handles.h"
 #include "weighted_sum_nodes.h"
@@ -25,24 +23,6 @@ namespace {
 using torch::autograd::collect_next_edges;
 using torch::autograd::compute_requires_grad;
 using torch::autograd::isFwGradDefined;
-
-// The tangent of a dual tensor at forward level 0 (undefined when it has none) and its primal,
-// as ATen's generated kernels take them (toNonOptFwGrad / toNonOptPrimal). Only level 0 exists:
-// torch.func's jvp gives each of its levels its own tensors, and level 0 on them.
-at::Tensor tangent_of(const at::Tensor& t) {
-  return t.defined() ? t._fw_grad(/*level=*/0) : at::Tensor();
-}
-at::Tensor primal_of(const at::Tensor& t) {
-  return isFwGradDefined(t) ? t._fw_primal(/*level=*/0) : t;
-}
-
-// Undefined, nested, sparse or mkldnn operands go straight to the kernels below autograd, which
-// name the argument and the problem, before any graph bookkeeping could fail less clearly.
-bool all_dense(std::initializer_list<at::Tensor> tensors) {
-  return std::all_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) {
-    return t.defined() && t.layout() == at::kStrided && !t.is_nested() && !t.is_mkldnn();
-  });
-}
 
 at::Tensor weighted_sum_autograd(c10::DispatchKeySet keys, const at::Tensor& input, const at::Tensor& weight) {
   const bool requires_grad = compute_requires_grad(input, weight);

@@ -9,6 +9,8 @@
 
 #include <custom_ops/weighted_sum.h>
 
+#include "compiled_autograd_call.h"
+
 namespace custom::autograd {
 
 namespace {
@@ -81,24 +83,6 @@ variable_list weighted_sum_backward_gradients_packed(const variable_list& grads,
   const auto input = packed.unpack<at::Tensor>();
   const auto weight = packed.unpack<at::Tensor>();
   return weighted_sum_backward_gradients(grads, needed, grad, input, weight);
-}
-
-// Compiled autograd traces a node as one opaque call of its formula (bound once per process
-// under the node's name) on the saved values it packs, as the generated nodes do.
-variable_list call_traced(
-    const torch::autograd::Node& node,
-    SwapSavedVariables& saved,
-    const variable_list& grads,
-    const PackedArgs& packed,
-    std::once_flag& bound,
-    torch::autograd::functional_apply_t formula,
-    const std::vector<at::TypePtr>& schema) {
-  const auto& compiler = torch::dynamo::autograd::getPyCompilerInterface();
-  std::call_once(bound, [&] { compiler->bind_function(saved.get_py_compiler(), node.name(), formula, schema); });
-  const auto output_metadata = IValuePacker<std::vector<std::optional<torch::autograd::InputMetadata>>>::pack(
-      torch::dynamo::autograd::get_input_metadata(node.next_edges()));
-  return compiler->call_function(
-      saved.get_py_compiler(), "apply_functional", node.name(), grads, packed.vec(), output_metadata);
 }
 
 }  // namespace

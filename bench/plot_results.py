@@ -15,6 +15,12 @@ over the composite model; its 1.05 target dashed). Usage:
 
 Several results files are drawn as one: their rows are merged (a row measured in two files, the
 later file's), the title names each file's commit and date.
+
+bench_weighted_square_sum.py's results (their "benchmark" is "weighted_square_sum") get a figure of
+their own, docs/bandwidth-square-sum-<device>.png by default: one column per dtype, one row per
+layout, bytes moved per second against size for ours, eager, the two-step and compiled composites
+and torch.sum(x), with the floor (ours' bytes at copy_'s bandwidth) dotted and, on the GPU, the
+target's bound (the floor's GB/s / 1.05, / 1.15 for columns) dashed.
 """
 
 from __future__ import annotations
@@ -252,6 +258,78 @@ def plot(results: dict, path: pathlib.Path, fusion: dict | None = None) -> pathl
     return path
 
 
+# bench_weighted_square_sum.py: its layouts, variants and the GPU targets' bounds on the floor
+# (weighted_square_sum_report.targets).
+SQUARE_SUM_LAYOUTS = {
+    "full": "x, w [n], sum of all",
+    "rows_c1024": "x, w [n/1024, 1024], dim -1",
+    "rows_c16384": "x, w [n/16384, 16384], dim -1",
+    "columns": "x, w [n/1024, 1024], dim 0",
+    "broadcast_row": "x [n/1024, 1024], w [1024], sum of all",
+}
+SQUARE_SUM = {  # variant: (label, colour, line style)
+    "ours": ("ours", "tab:red", "-"),
+    "eager": ("eager (w*x.pow(2)).sum", "tab:green", "-"),
+    "two_step": ("weighted_sum(x, w).sum", "tab:purple", "-"),
+    "compile": ("torch.compile (w*x*x).sum", "tab:orange", "-"),
+    "sum_x": ("torch.sum(x) (1 stream)", "tab:blue", "--"),
+}
+SQUARE_SUM_BOUNDS = {"columns": 1.15}  # else 1.05
+
+
+def plot_square_sum(results: dict, path: pathlib.Path) -> pathlib.Path:
+    """Bytes moved per second against size, a panel per layout and dtype; the floor dotted."""
+    rows = [row for row in results["rows"] if row["kind"] == "square_sum"]
+    order = {dtype: index for index, dtype in enumerate(DTYPES)}
+    dtypes = sorted({row["dtype"] for row in rows}, key=lambda dtype: order.get(dtype, len(order)))
+    layouts = [layout for layout in SQUARE_SUM_LAYOUTS if any(row["layout"] == layout for row in rows)]
+    threads = max((row["threads"] for row in rows if row.get("threads")), default=None)
+    fig, axes = plt.subplots(len(layouts), len(dtypes), figsize=(5.5 * len(dtypes), 3.8 * len(layouts)), squeeze=False)
+    for r, layout in enumerate(layouts):
+        for c, dtype in enumerate(dtypes):
+            ax = axes[r][c]
+            if not any(row["dtype"] == dtype and row["layout"] == layout for row in rows):
+                ax.set_axis_off()
+                continue
+            for variant, (label, color, style) in SQUARE_SUM.items():
+                x, y = series(rows, "square_sum", variant, dtype, layout, threads)
+                if x:
+                    ax.plot(x, y, style, color=color, marker=".", label=label)
+            # The floor in ours' GB/s: ours' bytes over the floor's time.
+            floor = sorted(
+                (row["log2n"], row["bytes"] / row["floor_us"] / 1e3)
+                for row in rows
+                if row["variant"] == "ours"
+                and row["dtype"] == dtype
+                and row["layout"] == layout
+                and row.get("threads") == threads
+            )
+            if floor:
+                x, y = [p[0] for p in floor], [p[1] for p in floor]
+                streams = "1 stream" if layout == "broadcast_row" else "2 streams"
+                ax.plot(x, y, ":", color="tab:gray", label=f"floor ({streams} at copy_'s GB/s)")
+                if threads is None:  # the GPU targets
+                    bound = SQUARE_SUM_BOUNDS.get(layout, 1.05)
+                    ax.plot(
+                        x, [v / bound for v in y], "--", color="black", linewidth=0.8, label=f"target: floor / {bound}"
+                    )
+            ax.set_title(f"{layout}: {SQUARE_SUM_LAYOUTS[layout]}, {dtype}", fontsize=9)
+            format_size_axis(ax)
+            ax.set_ylabel("GB/s (bytes moved / time)")
+            ax.set_ylim(0, None)
+            ax.legend(fontsize=6.5)
+    thread_note = f", {threads} threads" if threads else ""
+    runs = ", ".join(dict.fromkeys(results.get("runs") or [run_name(results)]))
+    fig.suptitle(
+        f"custom::weighted_square_sum on {results['device_name']}{thread_note}: torch {results['torch']}, {runs}"
+    )
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def run_name(results: dict) -> str:
     return f"commit {(results.get('git_commit') or 'unknown')[:12]}, {results['date']}"
 
@@ -271,6 +349,8 @@ def plot_file(results_path, output: pathlib.Path | None = None, fusion_path: pat
     """Draws one results file, or a list of them merged, and optionally a bench_fusion.py JSON."""
     paths = [results_path] if isinstance(results_path, (str, pathlib.Path)) else list(results_path)
     results = merge([json.loads(pathlib.Path(path).read_text()) for path in paths])
+    if results.get("benchmark") == "weighted_square_sum":
+        return plot_square_sum(results, output or REPO / "docs" / f"bandwidth-square-sum-{results['device']}.png")
     fusion = json.loads(pathlib.Path(fusion_path).read_text()) if fusion_path else None
     return plot(results, output or REPO / "docs" / f"bandwidth-{results['device']}.png", fusion)
 
@@ -278,7 +358,13 @@ def plot_file(results_path, output: pathlib.Path | None = None, fusion_path: pat
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=pathlib.Path, nargs="+", help="bench/results/*.json files, drawn as one")
-    parser.add_argument("-o", "--output", type=pathlib.Path, help="PNG path (default docs/bandwidth-<device>.png)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=pathlib.Path,
+        help="PNG path (default docs/bandwidth-<device>.png; docs/bandwidth-square-sum-<device>.png for "
+        "bench_weighted_square_sum.py's results)",
+    )
     parser.add_argument("--fusion", type=pathlib.Path, help="a bench_fusion.py JSON: adds a row of its ratios")
     args = parser.parse_args()
     print(f"wrote {plot_file(args.results, args.output, args.fusion)}")

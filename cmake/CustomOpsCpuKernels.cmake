@@ -1,9 +1,14 @@
 # Compiles the CPU loops once per instruction set, as ATen compiles its native/cpu kernels, so
 # one library is fast on AVX2 (and AVX512) machines and still runs on any x86-64 (or other) CPU.
-# kernels/cpu/weighted_sum_cpu_dispatch.cpp picks the set at run time. No AVX512 set: ATen's
+# kernels/cpu/*_cpu_dispatch.cpp pick the set at run time. No AVX512 set: ATen's
 # REGISTER_DISPATCH runs its elementwise kernels (add, mul, ...) with AVX2 on AVX512 CPUs too,
 # and an AVX512 build of these loops was measured 15-20% slower than AVX2 on float32 (AMD EPYC).
+#
+# OpenMP: at::parallel_for is inline and runs its body in parallel only where the caller is compiled
+# with OpenMP, as ATen is (a torch without OpenMP uses its own pool and needs nothing here). The
+# library then needs libgomp.so.1, the soname torch's wheels load too: one runtime in the process.
 function(custom_ops_add_cpu_kernels target)
+  find_package(OpenMP COMPONENTS CXX)
   if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
     set(_capabilities DEFAULT AVX2)
   else()
@@ -13,12 +18,18 @@ function(custom_ops_add_cpu_kernels target)
   set(_flags_AVX2 -mavx2 -mfma -mf16c -mbmi -mbmi2)
   foreach(cap IN LISTS _capabilities)
     set(_object ${target}_cpu_${cap})
-    add_library(${_object} OBJECT kernels/cpu/weighted_sum_kernel.cpp kernels/cpu/weighted_sum_backward_per_channel.cpp)
+    add_library(${_object} OBJECT
+      kernels/cpu/weighted_sum_kernel.cpp
+      kernels/cpu/weighted_sum_backward_per_channel.cpp
+      kernels/cpu/weighted_square_sum_kernel.cpp)
     target_compile_definitions(${_object} PRIVATE CPU_CAPABILITY=${cap} CPU_CAPABILITY_${cap})
     # -Wno-psabi: GCC notes that passing 32/64-byte vectors changed ABI in GCC 4.6; nothing to act on.
     target_compile_options(${_object} PRIVATE ${_flags_${cap}} -Wno-psabi)
     target_include_directories(${_object} PRIVATE ${PROJECT_SOURCE_DIR})
     target_link_libraries(${_object} PRIVATE torch)
+    if(OpenMP_CXX_FOUND)
+      target_link_libraries(${_object} PRIVATE OpenMP::OpenMP_CXX)
+    endif()
     custom_ops_enable_warnings(${_object})
     set_target_properties(${_object} PROPERTIES
       POSITION_INDEPENDENT_CODE ON CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
@@ -27,4 +38,7 @@ function(custom_ops_add_cpu_kernels target)
     endif()
     target_sources(${target} PRIVATE $<TARGET_OBJECTS:${_object}>)
   endforeach()
+  if(OpenMP_CXX_FOUND)
+    target_link_libraries(${target} PRIVATE OpenMP::OpenMP_CXX)
+  endif()
 endfunction()

@@ -6,7 +6,7 @@
 #include <ATen/native/Resize.h>
 #include <c10/util/accumulate.h>
 
-#include "weighted_sum_checks.h"
+#include "operand_checks.h"
 #include "weighted_sum_output_strides.h"
 
 namespace custom::detail {
@@ -84,7 +84,7 @@ at::Tensor gradient_for(
 
 }  // namespace
 
-at::Tensor weighted_sum_impl(const at::Tensor& input, const at::Tensor& weight, const WeightedSumLoops& loops) {
+at::Tensor weighted_sum_impl(const WeightedSumLoops& loops, const at::Tensor& input, const at::Tensor& weight) {
   constexpr const char* op = "custom::weighted_sum";
   const auto dtype = check_forward_inputs(input, weight, op);
   const auto shape = broadcast_shape(input, "input", weight, "weight", op);
@@ -96,7 +96,7 @@ at::Tensor weighted_sum_impl(const at::Tensor& input, const at::Tensor& weight, 
 }
 
 void weighted_sum_out_impl(
-    const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out, const WeightedSumLoops& loops) {
+    const WeightedSumLoops& loops, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out) {
   constexpr const char* op = "custom::weighted_sum.out";
   const auto dtype = check_forward_inputs(input, weight, op);
   check_destination(out, "out", dtype, input.device(), op);
@@ -126,7 +126,7 @@ void weighted_sum_out_impl(
   run_forward(out, input, weight, loops.forward, Output::Given);
 }
 
-void weighted_sum_inplace_impl(const at::Tensor& self, const at::Tensor& weight, const WeightedSumLoops& loops) {
+void weighted_sum_inplace_impl(const WeightedSumLoops& loops, const at::Tensor& self, const at::Tensor& weight) {
   constexpr const char* op = "custom::weighted_sum_";
   check_operand(self, op, "self");
   check_operand(weight, op, "weight");
@@ -140,11 +140,11 @@ void weighted_sum_inplace_impl(const at::Tensor& self, const at::Tensor& weight,
 }
 
 std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_impl(
+    const WeightedSumLoops& loops,
     const at::Tensor& grad,
     const at::Tensor& input,
     const at::Tensor& weight,
-    std::array<bool, 2> output_mask,
-    const WeightedSumLoops& loops) {
+    std::array<bool, 2> output_mask) {
   constexpr const char* op = "custom::weighted_sum_backward";
   check_forward_inputs(input, weight, op);
   check_operand(grad, op, "grad");

@@ -34,18 +34,19 @@ struct WeightedSumLoops {
 // Shapes and dtypes only: what the Meta kernels pass.
 inline constexpr WeightedSumLoops kNoLoops{};
 
-at::Tensor weighted_sum_impl(const at::Tensor& input, const at::Tensor& weight, const WeightedSumLoops& loops);
+// Each takes the key's loops first, then the schema's arguments (kernel_registration.h).
+at::Tensor weighted_sum_impl(const WeightedSumLoops& loops, const at::Tensor& input, const at::Tensor& weight);
 
 void weighted_sum_out_impl(
-    const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out, const WeightedSumLoops& loops);
+    const WeightedSumLoops& loops, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out);
 
-void weighted_sum_inplace_impl(const at::Tensor& self, const at::Tensor& weight, const WeightedSumLoops& loops);
+void weighted_sum_inplace_impl(const WeightedSumLoops& loops, const at::Tensor& self, const at::Tensor& weight);
 
 std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_impl(
+    const WeightedSumLoops& loops,
     const at::Tensor& grad,
     const at::Tensor& input,
     const at::Tensor& weight,
-    std::array<bool, 2> output_mask,
-    const WeightedSumLoops& loops);
+    std::array<bool, 2> output_mask);
 
 }  // namespace custom::detail

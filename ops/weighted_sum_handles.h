@@ -7,14 +7,10 @@
 #include <tuple>
 
 #include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
+
+#include "find_operator.h"
 
 namespace custom::detail {
-
-template <typename Signature>
-c10::TypedOperatorHandle<Signature> find_operator(const char* name, const char* overload) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload).typed<Signature>();
-}
 
 inline const auto& weighted_sum_handle() {
   static const auto op = find_operator<at::Tensor(const at::Tensor&, const at::Tensor&)>("custom::weighted_sum", "");

@@ -8,7 +8,7 @@
 
 #include <custom_ops/weighted_sum.h>
 
-#include "weighted_sum_checks.h"
+#include "operand_checks.h"
 
 namespace {
 

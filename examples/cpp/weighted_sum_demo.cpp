@@ -3,17 +3,20 @@
 //   weighted_sum_demo [--device cpu|cuda|all] [--quiet] [MODEL.pt] [MODEL.pt2]
 //
 // 1. custom::weighted_sum through the public C++ API, with autograd, plus the out= and in-place
-//    variants, checked against weight * input**2 computed with ATen.
+//    variants, checked against weight * input**2 computed with ATen; then
+//    custom::weighted_square_sum, the sum of weight * input**2 over chosen dims, with autograd and
+//    a float64 result, checked against (weight * input.square()).sum(...) computed with ATen.
 // 2. MODEL.pt: a TorchScript module (examples/python/export_models.py) run with torch::jit::load.
 // 3. MODEL.pt2: an AOTInductor package run with torch::inductor::AOTIModelPackageLoader, on the
 //    device it was compiled for.
 //
-// Both model files compute forward(input, weight) = custom::weighted_sum(input, weight) + input, with
-// dynamic sizes; the program runs them at several shapes. --device all (the default) checks the
-// CPU, and CUDA too when a GPU is visible and the library has CUDA kernels.
+// Both model files call both operators: forward(input, weight) = custom::weighted_sum(input, weight)
+// + input + custom::weighted_square_sum(input, weight, {-1}, /*keepdim=*/true, at::kDouble), a
+// float64 result, with dynamic sizes; the program runs them at several shapes. --device all (the
+// default) checks the CPU, and CUDA too when a GPU is visible and the library has CUDA kernels.
 //
 // Exit status: 0 when every check matched, 1 when one did not, 2 on a usage or loading error.
-#include <custom_ops/weighted_sum.h>
+#include <custom_ops/custom_ops.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
@@ -35,10 +38,11 @@ int failures = 0;
 // (batch, features) shapes for the models: every size at least 2, as the export's dynamic dims.
 const std::vector<std::pair<int64_t, int64_t>> kShapes = {{2, 3}, {5, 8}, {17, 4}, {64, 33}};
 
-void check(const std::string& what, const at::Tensor& actual, const at::Tensor& expected) {
+// A larger atol for float32 values that sum several rounded terms.
+void check(const std::string& what, const at::Tensor& actual, const at::Tensor& expected, double atol = 1e-6) {
   const bool ok = actual.defined() && actual.sizes() == expected.sizes() &&
       actual.scalar_type() == expected.scalar_type() && actual.device() == expected.device() &&
-      at::allclose(actual, expected, /*rtol=*/1e-5, /*atol=*/1e-6);
+      at::allclose(actual, expected, /*rtol=*/1e-5, atol);
   std::cout << (ok ? "  ok       " : "  MISMATCH ") << what << '\n';
   if (!ok) {
     ++failures;
@@ -99,8 +103,30 @@ void run_api(const c10::Device& device) {
   check("weighted_sum_", self, expected);
 }
 
+// The C++ API of the reduction: sums over the dims given (every dim by default), keepdim, and a
+// result dtype; the gradients come from the same Autograd kernel machinery as weighted_sum's.
+void run_square_sum_api(const c10::Device& device) {
+  std::cout << "custom::weighted_square_sum on " << device << '\n';
+  auto input = torch::randn({4, 5}, on(device)).requires_grad_();
+  auto weight = torch::randn({5}, on(device)).requires_grad_();
+  auto row_sums = custom::weighted_square_sum(input, weight, /*dim=*/{1});  // one sum per row
+  auto grad = torch::randn_like(row_sums);
+  row_sums.backward(grad);
+  show("weighted_square_sum(input, weight, dim=1)", row_sums);
+
+  torch::NoGradGuard no_grad;
+  check("forward, dim=1", row_sums.detach(), (weight * input.square()).sum(1), /*atol=*/1e-5);
+  check("grad of input", input.grad(), 2 * weight * input * grad.unsqueeze(1));
+  check("grad of weight", weight.grad(), (input.square() * grad.unsqueeze(1)).sum(0), /*atol=*/1e-5);
+  // Every dim, summed and returned in float64.
+  const auto total = custom::weighted_square_sum(input, weight, std::nullopt, /*keepdim=*/false, at::kDouble);
+  check("every dim, dtype=float64", total, (weight.to(at::kDouble) * input.to(at::kDouble).square()).sum());
+}
+
+// What both model files compute, with ATen alone: the operators' composites, the row sums in float64.
 at::Tensor model_reference(const at::Tensor& input, const at::Tensor& weight) {
-  return weight * input * input + input;
+  const auto row_sums = (weight.to(at::kDouble) * input.to(at::kDouble).square()).sum(-1, /*keepdim=*/true);
+  return weight * input * input + input + row_sums;
 }
 
 void run_torchscript(const std::string& path, const c10::Device& device) {
@@ -113,14 +139,16 @@ void run_torchscript(const std::string& path, const c10::Device& device) {
     auto output = module.forward({input, weight}).toTensor();
     check("forward " + std::to_string(rows) + "x" + std::to_string(cols), output, model_reference(input, weight));
   }
-  // Autograd through the scripted module: the operator's Autograd kernel runs under the interpreter.
+  // Autograd through the scripted module: the operators' Autograd kernels run under the
+  // interpreter. The same gradients by autograd through the ATen reference.
   auto input = torch::randn({3, 4}, on(device)).requires_grad_();
   auto weight = torch::randn({4}, on(device)).requires_grad_();
-  auto output = module.forward({input, weight}).toTensor();
-  output.sum().backward();
-  torch::NoGradGuard no_grad;
-  check("grad of input", input.grad(), 2 * weight * input + 1);
-  check("grad of weight", weight.grad(), (input * input).sum(0));
+  module.forward({input, weight}).toTensor().sum().backward();
+  auto reference_input = input.detach().clone().requires_grad_();
+  auto reference_weight = weight.detach().clone().requires_grad_();
+  model_reference(reference_input, reference_weight).sum().backward();
+  check("grad of input", input.grad(), reference_input.grad(), /*atol=*/1e-5);
+  check("grad of weight", weight.grad(), reference_weight.grad(), /*atol=*/1e-5);
 }
 
 c10::Device package_device(const std::string& path) {
@@ -216,6 +244,7 @@ int main(int argc, char** argv) {
 
     for (const auto& device : devices) {
       run_api(device);
+      run_square_sum_api(device);
       for (const auto& path : torchscript_paths) {
         run_torchscript(path, device);
       }

@@ -6,7 +6,8 @@ given the C++ app, the same operator from a process without Python.
 --library: libcustom_ops.so to load (default: $CUSTOM_OPS_LIBRARY, the installed custom_ops package,
 or build/libcustom_ops.so). --cpp-app: the program of examples/cpp; the demo then writes a
 TorchScript file and an AOTInductor package with export_models.py and runs the program on them.
-Exits non-zero when any result differs from the reference weight * input**2.
+Exits non-zero when any result differs from its ATen reference (weight * input**2, summed for
+weighted_square_sum).
 """
 
 from __future__ import annotations
@@ -56,6 +57,16 @@ def show_device(device: str) -> bool:
     torch.ops.custom.weighted_sum_(inplace, w)
     ok &= check("weighted_sum_", inplace, w * x * x)
 
+    # weighted_square_sum: sum(weight * input**2) over dims (here each row), like torch.sum.
+    input, weight = x.clone().requires_grad_(), w.clone().requires_grad_()
+    row_sums = torch.ops.custom.weighted_square_sum(input, weight, [1])
+    print(f"weighted_square_sum(input, weight, dim=[1]) = {row_sums.detach()}")
+    row_sums.sum().backward()
+    ok &= check("weighted_square_sum, dim=[1]", row_sums.detach(), (w * x.square()).sum(1))
+    ok &= check("its grad of input", input.grad, 2 * w * x)
+    total = torch.ops.custom.weighted_square_sum(x, w, dtype=torch.float64)  # every dim, in float64
+    ok &= check("weighted_square_sum, dtype=float64", total, (w.double() * x.double().square()).sum())
+
     # torch.compile: one graph, no breaks, sizes dynamic.
     @torch.compile(fullgraph=True, dynamic=True)
     def scaled(input, weight):
@@ -88,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(0)
     print(f"torch {torch.__version__}; library {load_custom_ops(args.library)}")
-    print(f"torch.ops.custom.weighted_sum: {torch.ops.custom.weighted_sum.default._schema}")
+    for op in (torch.ops.custom.weighted_sum, torch.ops.custom.weighted_square_sum):
+        print(f"{op.default._schema}")
     devices = ["cpu"]
     if cuda_usable():
         devices.append("cuda")

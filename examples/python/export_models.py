@@ -3,13 +3,15 @@
     python examples/python/export_models.py --out-dir out/models [--device cpu|cuda] [--library PATH]
 
 writes
-  weighted_sum.pt           TorchScript (torch.jit.script of WeightedSumModel, torch.jit.save);
+  weighted_sum.pt           TorchScript (torch.jit.script of CustomOpsModel, torch.jit.save);
                             device-independent: the C++ app runs it on every device it checks.
   weighted_sum_<device>.pt2 AOTInductor package (torch.export.export with dynamic batch and feature
                             sizes, then torch._inductor.aoti_compile_and_package); it runs only on
                             the device it was compiled for. On CPU, compiling needs a C++ compiler.
 
-Both compute forward(input, weight) = custom::weighted_sum(input, weight) + input for an input of
+Both hold one model, which calls both operators: forward(input, weight) =
+custom::weighted_sum(input, weight) + input + custom::weighted_square_sum(input, weight, [-1],
+keepdim=True, dtype=torch.float64), a float64 tensor of shape (batch, features) for an input of
 shape (batch, features) and a weight of shape (features,), every size at least 2.
 
 The library must be loaded in every process that loads these files: Python callers load it with
@@ -27,16 +29,22 @@ import sys
 import torch
 
 
-class WeightedSumModel(torch.nn.Module):
-    """forward(input, weight) = custom::weighted_sum(input, weight) + input."""
+class CustomOpsModel(torch.nn.Module):
+    """Both operators: weighted_sum(input, weight) + input, plus each row's weighted_square_sum.
+
+    The row sums are float64 (dtype=), so the callers' checks need no room for float32 rounding
+    of a sum; the result is float64 too (type promotion of the addition).
+    """
 
     def forward(self, input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return torch.ops.custom.weighted_sum(input, weight) + input
+        row_sums = torch.ops.custom.weighted_square_sum(input, weight, [-1], keepdim=True, dtype=torch.float64)
+        return torch.ops.custom.weighted_sum(input, weight) + input + row_sums
 
 
 def reference(input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """What WeightedSumModel computes, with ATen alone."""
-    return weight * input * input + input
+    """What CustomOpsModel computes, with ATen alone: the operators' composites, the row sums in float64."""
+    row_sums = (weight.double() * input.double().square()).sum(-1, keepdim=True)
+    return weight * input * input + input + row_sums
 
 
 def example_inputs(device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,23 +52,23 @@ def example_inputs(device: str | torch.device = "cpu") -> tuple[torch.Tensor, to
 
 
 def export_torchscript(path: str | os.PathLike) -> pathlib.Path:
-    """torch.jit.script + torch.jit.save of WeightedSumModel.
+    """torch.jit.script + torch.jit.save of CustomOpsModel.
 
     TorchScript is deprecated upstream (torch >= 2.14 warns with a FutureWarning); it still works
     with this library, but new C++ deployments should use export_aoti (torch.export + AOTInductor).
     """
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.jit.save(torch.jit.script(WeightedSumModel()), str(path))
+    torch.jit.save(torch.jit.script(CustomOpsModel()), str(path))
     return path
 
 
 def export_program(device: str | torch.device = "cpu") -> torch.export.ExportedProgram:
-    """torch.export.export of WeightedSumModel with dynamic batch and feature sizes."""
+    """torch.export.export of CustomOpsModel with dynamic batch and feature sizes."""
     batch = torch.export.Dim("batch", min=2)
     features = torch.export.Dim("features", min=2)
     return torch.export.export(
-        WeightedSumModel().to(device),
+        CustomOpsModel().to(device),
         example_inputs(device),
         dynamic_shapes={"input": {0: batch, 1: features}, "weight": {0: features}},
     )

@@ -1,9 +1,6 @@
 // Registers the CPU kernels with the loops of the instruction set ATen's own elementwise kernels
-// run with: at::get_cpu_capability() is ATen's choice (ATEN_CPU_CAPABILITY can lower it), and on
-// an AVX512 CPU ATen's REGISTER_DISPATCH kernels (add, mul, ...) still run their AVX2 build.
-#include <ATen/Context.h>
-#include <ATen/Version.h>
-
+// run with (cpu_capability.h).
+#include "kernels/cpu/cpu_capability.h"
 #include "kernels/cpu/weighted_sum_kernel.h"
 #include "ops/weighted_sum_registration.h"
 
@@ -12,15 +9,13 @@ namespace {
 
 const detail::WeightedSumLoops& selected_loops() {
   // A pointer, not a reference bound to a lambda's result (GCC 13's -Wdangling-reference).
-  static const detail::WeightedSumLoops* const loops = [] {
+  static const detail::WeightedSumLoops* const loops = &loops_for_cpu_capability(
 #if defined(__x86_64__)
-    const std::string capability = at::get_cpu_capability();
-    if (capability == "AVX2" || capability == "AVX512") {
-      return &AVX2::weighted_sum_loops;
-    }
+      AVX2::weighted_sum_loops,
+#else
+      DEFAULT::weighted_sum_loops,
 #endif
-    return &DEFAULT::weighted_sum_loops;
-  }();
+      DEFAULT::weighted_sum_loops);
   return *loops;
 }
 

@@ -7,9 +7,9 @@
 // a broadcast row or column, and a transposed input (weighted_sum_forward_layout.h).
 #include <ATen/OpMathType.h>
 #include <ATen/native/cuda/Loops.cuh>
-#include <c10/cuda/CUDAGuard.h>
 #include <thrust/tuple.h>
 
+#include "kernels/cuda/cuda_device_guard.h"
 #include "kernels/cuda/weighted_sum_backward_per_channel.h"
 #include "kernels/cuda/weighted_sum_forward_broadcast.h"
 #include "kernels/cuda/weighted_sum_forward_transposed.h"
@@ -19,16 +19,6 @@
 
 namespace custom {
 namespace {
-
-// Kernels run on the device of their tensors, not whichever device is current.
-class CudaDeviceGuard {
- public:
-  explicit CudaDeviceGuard(const at::Tensor& tensor)
-      : guard_(tensor.is_cuda() ? std::make_optional(tensor.device()) : std::nullopt) {}
-
- private:
-  c10::cuda::OptionalCUDAGuard guard_;
-};
 
 #define DISPATCH_FLOATING(iter, name, ...) CUSTOM_OPS_DISPATCH_FLOATING_TYPES((iter).common_dtype(), name, __VA_ARGS__)
 
@@ -96,7 +86,7 @@ constexpr detail::WeightedSumLoops kCudaLoops{
 }  // namespace
 
 TORCH_LIBRARY_IMPL(custom, CUDA, m) {
-  detail::register_weighted_sum_kernels<kCudaLoops, CudaDeviceGuard>(m);
+  detail::register_weighted_sum_kernels<kCudaLoops, cuda::CudaDeviceGuard>(m);
 }
 
 }  // namespace custom

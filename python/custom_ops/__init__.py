@@ -1,7 +1,8 @@
 """custom_ops: the `custom` PyTorch operators, packaged.
 
 Importing this package loads the bundled libcustom_ops.so into the process (torch.ops.load_library),
-which registers torch.ops.custom.weighted_sum and its variants with the dispatcher: after
+which registers torch.ops.custom.weighted_sum and its variants, and
+torch.ops.custom.weighted_square_sum, with the dispatcher: after
 ``import custom_ops`` they work eagerly, under autograd, torch.compile, torch.export, TorchScript
 and AOTInductor, on CPU and (when built with CUDA kernels) on CUDA.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+from collections.abc import Sequence
 
 import torch
 
@@ -40,6 +42,7 @@ __all__ = [
     "inductor_decomposition_enabled",
     "library_path",
     "set_inductor_decomposition",
+    "weighted_square_sum",
     "weighted_sum",
     "weighted_sum_",
 ]
@@ -77,7 +80,7 @@ def _load() -> None:
         return
     if _operators_registered():
         # A second copy would replace the first one's kernels with its own (see
-        # ops/weighted_sum_schema.cpp): two builds in one process are refused here instead.
+        # ops/schema.cpp): two builds in one process are refused here instead.
         others = sorted(path for path in torch.ops.loaded_libraries if "custom_ops" in pathlib.Path(path).name)
         raise ImportError(
             f"the `custom` operators are already registered in this process by another copy of the library "
@@ -161,13 +164,60 @@ def weighted_sum_(self: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return self
 
 
+def weighted_square_sum(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    dim: int | Sequence[int] | None = None,
+    keepdim: bool = False,
+    *,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """``(weight * input**2).sum(dim, keepdim, dtype=dtype)``, computed by custom::weighted_square_sum.
+
+    Args:
+        input: a float16, bfloat16, float32 or float64 tensor of any shape, on CPU or on CUDA (CUDA
+            needs the library built with CUDA kernels, see ``WITH_CUDA``).
+        weight: a tensor of one of those dtypes, broadcastable with ``input``, on the same device.
+            The sum runs over their broadcast shape.
+        dim: the dimension or dimensions of the broadcast shape to sum over (negative ones count
+            from the end), as ``torch.sum``'s; ``None`` or ``[]`` sums over all of them.
+        keepdim: keep each summed dimension as a dimension of size 1, as ``torch.sum``'s.
+        dtype: the result's dtype (float16, bfloat16, float32 or float64); by default
+            ``torch.result_type(input, weight)``. ``torch.float64`` also computes in float64.
+
+    Returns:
+        A new contiguous tensor: the sum of ``weight * input**2`` over ``dim``. Each term is
+        computed as ``weight * (input * input)`` and the terms are added in float32 (in float64
+        when ``torch.result_type(input, weight)`` or ``dtype`` is float64); a float16 or bfloat16
+        result is rounded once, at the end. Sums over empty dimensions are 0.
+
+    Differentiable with respect to both arguments (reverse and forward mode; the backward is
+    ``custom::weighted_sum_backward`` of the grad broadcast over the summed dimensions), works
+    under ``torch.vmap``, is traceable by torch.compile (fullgraph, dynamic shapes), torch.export
+    and AOTInductor, and runs on DTensors (see ``custom_ops.sharding``). Same as
+    ``torch.ops.custom.weighted_square_sum(input, weight, dim, keepdim, dtype=dtype)``.
+
+    Example::
+
+        >>> import torch, custom_ops
+        >>> x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+        >>> custom_ops.weighted_square_sum(x, torch.tensor([1.0, 0.5]), dim=1)
+        tensor([ 3., 17.])
+    """
+    if isinstance(dim, int):
+        dim = [dim]
+    return torch.ops.custom.weighted_square_sum(input, weight, dim, keepdim, dtype=dtype)
+
+
 def set_inductor_decomposition(enabled: bool) -> None:
-    """Whether torch.compile (Inductor) decomposes the op into pointwise math it can fuse (default on).
+    """Whether torch.compile (Inductor) decomposes the ops into ATen math it can fuse (default on).
 
     On, Inductor replaces ``weighted_sum``, its out= and in-place forms and ``weighted_sum_backward``
-    with ATen math in our kernels' operation order (same forward values, bit for bit), and fuses it
-    with the neighbouring ops. Off, compiled graphs call our kernels, as eager code does: for
-    AOTInductor packages that must contain our kernel. The environment variable
+    with ATen math in our kernels' operation order (same forward values, bit for bit), and
+    ``weighted_square_sum`` with that math and a sum in its accumulation dtype (equal to our
+    kernel's up to the order of the additions), and fuses them with the neighbouring ops. Off,
+    compiled graphs call our kernels, as eager code does: for AOTInductor packages that must
+    contain our kernel. The environment variable
     ``CUSTOM_OPS_INDUCTOR_DECOMPOSE=0`` turns it off from the start.
 
     Applies to compiles that start afterwards (``torch._dynamo.reset()`` recompiles functions

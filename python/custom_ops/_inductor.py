@@ -4,7 +4,9 @@ Inductor runs a custom op as an opaque call, so `relu(weighted_sum(a + b, w)) * 
 kernels around our call instead of one kernel. Here every overload gets an entry in Inductor's
 decomposition table: pointwise ATen math in the C++ kernels' operation order (float16/bfloat16
 compute in float32 and round once; float32/float64 compute ``w * (x * x)``), so the fused code gives
-the same forward values as our kernels, bit for bit. Only Inductor reads that table: eager calls,
+the same forward values as our kernels, bit for bit. weighted_square_sum becomes that math and a
+``sum`` in the kernels' accumulation dtype, one reduction fused with its neighbours (equal to our
+kernel up to the order of the additions). Only Inductor reads that table: eager calls,
 TorchScript, the C++ API and torch.export graphs keep the op.
 
 Registration is lazy: importing torch._inductor costs seconds, so `import custom_ops` has the
@@ -115,6 +117,24 @@ def weighted_sum_backward(grad, input, weight, output_mask):
     return grad_input, grad_weight
 
 
+def weighted_square_sum(input, weight, dim=None, keepdim=False, *, dtype=None):
+    """The kernels' reduction: operands in the promoted dtype (float64 when the result is), each
+    term ``w * (x * x)`` and the sum in the accumulation dtype (float32, float64 for float64
+    operands), then one rounding to the result dtype. A pointwise producer and a sum, which
+    Inductor fuses into one reduction with the ops around it; the additions may run in another
+    order than our kernel's, so the values agree to a few roundings of the accumulation dtype
+    (and an operand rounded down to a half-type common dtype is not rounded, see _in_opmath).
+    The backward needs no entry: the op's autograd calls weighted_sum_backward, which has one."""
+    common = _common_dtype(input, weight)
+    result = common if dtype is None else dtype
+    operands = torch.float64 if result == torch.float64 else common
+    x, w = _in_opmath(input, operands), _in_opmath(weight, operands)
+    terms = w * (x * x)
+    # None or [] sums every dim (torch.sum's rule); dims of a 0-dim shape (0 or -1) sum nothing.
+    dims = list(dim) if dim else list(range(terms.dim()))
+    return terms.sum(dims, keepdim=keepdim).to(result)
+
+
 def _table():
     custom = torch.ops.custom
     return {
@@ -122,6 +142,7 @@ def _table():
         custom.weighted_sum.out: weighted_sum_out,
         custom.weighted_sum_.default: weighted_sum_inplace,
         custom.weighted_sum_backward.default: weighted_sum_backward,
+        custom.weighted_square_sum.default: weighted_square_sum,
     }
 
 

@@ -36,7 +36,22 @@ placement. The rules are registered with torch's own API,
 
     A gradient that ``output_mask`` leaves out is ``None``, with no placement.
 
-Only the functional op and its backward have rules; ``weighted_sum.out`` and ``weighted_sum_``
+``custom::weighted_square_sum(input, weight, dim, keepdim, *, dtype) -> out``
+    (``out = (weight * input**2).sum(dim, keepdim)`` over the broadcast shape), per mesh dim:
+
+    * everything ``Replicate()``;
+    * for each dim ``d`` of the broadcast shape, ``input`` and ``weight`` as in weighted_sum's
+      ``Shard(d)`` rule (``Shard`` on the lined-up dim, ``Replicate()`` where broadcast), and
+      ``out`` ``Partial("sum")`` when ``d`` is summed over (each rank sums its own slice of it),
+      else ``Shard`` on ``d``'s position in ``out`` (``d`` less the summed dims before it, or
+      ``d`` itself with ``keepdim``);
+    * ``out`` ``Partial(op)`` from ``input`` ``Replicate()`` and ``weight`` ``Partial(op)``
+      (op "sum"/"avg"): a sum of terms linear in ``weight`` is linear in it.
+
+    Its backward is ``weighted_sum_backward`` of the grad broadcast over the summed dims (views
+    that DTensor shards itself), so it needs no rule of its own.
+
+Only the functional ops and the backward have rules; ``weighted_sum.out`` and ``weighted_sum_``
 on DTensors raise DTensor's "no sharding strategy registered" error.
 
 Usage::
@@ -56,7 +71,7 @@ import torch
 
 __all__ = ["is_registered", "register"]
 
-_OPERATORS = ("custom::weighted_sum", "custom::weighted_sum_backward")
+_OPERATORS = ("custom::weighted_sum", "custom::weighted_sum_backward", "custom::weighted_square_sum")
 
 _lock = threading.Lock()
 _registered = False
@@ -68,7 +83,8 @@ def is_registered() -> bool:
 
 
 def register() -> bool:
-    """Registers the DTensor sharding rules of custom::weighted_sum and its backward.
+    """Registers the DTensor sharding rules of custom::weighted_sum, its backward and
+    custom::weighted_square_sum.
 
     Idempotent: a second call does nothing. Returns True once the rules are registered, and
     False, registering nothing, where this torch has no torch.distributed, no DTensor or no
@@ -87,10 +103,12 @@ def register() -> bool:
         except ImportError:
             return False
 
-        forward, backward = _operator_overloads()
+        forward, backward, square_sum = _operator_overloads()
         register_sharding(forward)(_weighted_sum_sharding)
         register_sharding(backward)(_weighted_sum_backward_sharding)
+        register_sharding(square_sum)(_weighted_square_sum_sharding)
         _hash_non_tensor_arguments(backward)
+        _hash_non_tensor_arguments(square_sum)
         _registered = True
         return True
 
@@ -105,7 +123,8 @@ def _operator_overloads():
                 "process; load libcustom_ops.so first (import custom_ops, or "
                 "torch.ops.load_library(path))"
             ) from None
-    return torch.ops.custom.weighted_sum.default, torch.ops.custom.weighted_sum_backward.default
+    custom = torch.ops.custom
+    return custom.weighted_sum.default, custom.weighted_sum_backward.default, custom.weighted_square_sum.default
 
 
 def _hash_non_tensor_arguments(op) -> None:
@@ -116,8 +135,11 @@ def _hash_non_tensor_arguments(op) -> None:
     backward's only non-tensor argument is ``bool[2] output_mask``, so a sharding decided for one
     mask would be reused for another: a gradient that one mask leaves out (None, no placement)
     would then be given to a call that computes it ("output tensor should be scalar!"), or the
-    reverse. The rule's result depends on the mask, so the key must hold it: hash every argument
-    from the first non-tensor one on.
+    reverse. weighted_square_sum's first int argument is its keyword ``dtype``: ``int[1]? dim``
+    and ``bool keepdim`` before it would be left out, and a sharding decided for one ``dim`` given
+    to a call that sums over another. The rules' results depend on these arguments, so the key
+    must hold them: hash every argument from the first non-tensor one on (keyword ones as
+    register_sharding chose).
     """
     from torch.distributed.tensor import DTensor
 
@@ -246,4 +268,40 @@ def _weighted_sum_backward_sharding(grad, input, weight, output_mask):
         rules.append((outputs(Partial(op), Partial(op)), [Partial(op), Replicate(), Replicate(), None]))
     for op in _partial_ops_of(weight):
         rules.append((outputs(Partial(op), Replicate()), [Replicate(), Replicate(), Partial(op), None]))
+    return rules
+
+
+def _summed_dims(dim, ndim):
+    """Which dims of a rank-`ndim` shape weighted_square_sum sums over: all for None or [], else
+    `dim` wrapped like torch.sum's (the op has checked it already)."""
+    if not dim:
+        return set(range(ndim))
+    if isinstance(dim, int):
+        dim = [dim]
+    return {d % ndim for d in dim} if ndim > 0 else set()
+
+
+def _weighted_square_sum_sharding(input, weight, dim=None, keepdim=False, *, dtype=None):
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    out_shape = torch.broadcast_shapes(input.shape, weight.shape)
+    summed = _summed_dims(dim, len(out_shape))
+    no_tensor = [None, None, None]  # dim, keepdim, dtype
+    rules = [([Replicate()], [Replicate(), Replicate(), *no_tensor])]
+    for d in range(len(out_shape)):
+        kept_index = d if keepdim else d - sum(1 for s in summed if s < d)
+        # A summed d: each rank's sum over its slice of d, and the sum of them is the total.
+        out = Partial("sum") if d in summed else Shard(kept_index)
+        rules.append(
+            (
+                [out],
+                [
+                    _aligned_placement(input.shape, out_shape, d),
+                    _aligned_placement(weight.shape, out_shape, d),
+                    *no_tensor,
+                ],
+            )
+        )
+    for op in _partial_ops_of(weight):
+        rules.append(([Partial(op)], [Replicate(), Partial(op), *no_tensor]))
     return rules

@@ -2,14 +2,16 @@
 // backward and forward-mode AD (dual tensors) of every overload, each against the same
 // derivative of the composite weight * input.square().
 #include <gtest/gtest.h>
-#include <torch/csrc/autograd/forward_grad.h>
 #include <torch/torch.h>
 
 #include <custom_ops/weighted_sum.h>
 
+#include "dual_level.h"
 #include "expect_error.h"
 
 namespace {
+
+using custom_ops_test::DualLevel;
 
 at::Tensor composite(const at::Tensor& x, const at::Tensor& w) {
   return w * x.square();
@@ -18,25 +20,6 @@ at::Tensor composite(const at::Tensor& x, const at::Tensor& w) {
 at::Tensor random(at::IntArrayRef shape) {
   return torch::randn(shape, torch::kDouble);
 }
-
-// A forward-AD level for one test, as Python's `with forward_ad.dual_level()`.
-class DualLevel {
- public:
-  DualLevel() : level_(torch::autograd::ForwardADLevel::get_next_idx()) {}
-  ~DualLevel() { torch::autograd::ForwardADLevel::release_idx(level_); }
-  DualLevel(const DualLevel&) = delete;
-  DualLevel& operator=(const DualLevel&) = delete;
-
-  at::Tensor dual(const at::Tensor& primal, const at::Tensor& tangent) const {
-    return at::_make_dual(primal, tangent, static_cast<int64_t>(level_));
-  }
-  at::Tensor tangent(const at::Tensor& dual) const {
-    return std::get<1>(at::_unpack_dual(dual, static_cast<int64_t>(level_)));
-  }
-
- private:
-  uint64_t level_;
-};
 
 class WeightedSumForwardAd : public ::testing::Test {
  protected:

@@ -79,12 +79,53 @@ class Operator:
     # order: bit for bit equal to the composite evaluated that way.
     bitwise: bool = True
     weight_kind: str = "tensor"  # "scalar" for a .Scalar overload: weight is a Python number
-    extra_args: Callable | None = None  # shape -> Hypothesis strategy of extra keyword arguments
+    # (broadcast shape or None, its rank) -> Hypothesis strategy of a dict of the extra arguments, in
+    # schema order (test_oracle_aten.py draws them after input and weight)
+    extra_args: Callable | None = None
+    # For an operator that is not elementwise (a reduction): operands -> (float64 value, float64 sum
+    # of the absolute values of its terms, terms per element, accumulation dtype); its values are
+    # then judged against that instead of the float64 composite (see _check_values).
+    exact: Callable | None = None
 
 
 def weighted_sum_composite(input, weight):
     # Not `w * x * x`: that is (w * x) * x, which rounds differently from our w * (x * x).
     return weight * input.square()
+
+
+def weighted_square_sum_composite(input, weight, dim=None, keepdim=False, dtype=None):
+    return (weight * input.square()).sum(dim, keepdim, dtype=dtype)
+
+
+def weighted_square_sum_exact(input, weight, dim=None, keepdim=False, dtype=None):
+    """The sum in float64 from the operands as ATen promotes them (a 0-dim operand of a wider dtype
+    rounded to the other's): float16/bfloat16 sum in float32 and round once, float32 sums in
+    float32 (pairwise: an error that grows with log2 of the terms), float64 in float64."""
+    promoted = torch.result_type(input, weight)
+    result = dtype if dtype is not None else promoted
+    terms = weight.to(promoted).double() * input.to(promoted).double().square()
+    value, magnitude = terms.sum(dim, keepdim), terms.abs().sum(dim, keepdim)
+    n = terms.numel() // value.numel() if value.numel() else 0
+    return value, magnitude, n, torch.float64 if promoted == result == torch.float64 else torch.float32
+
+
+def reduction_args(shape, rank):
+    """dim (None, [], lists of dims, also negative, repeated or out of range, or an int), keepdim
+    and dtype (None mostly; a floating dtype, or one the op refuses) of a reduction over a broadcast
+    shape of `rank` dims. A Hypothesis strategy: imported here, where a test draws it."""
+    from hypothesis import strategies as st
+
+    dims = st.integers(-max(rank, 1) - 1, max(rank, 1))  # one past each end: IndexError now and then
+    dim = st.one_of(
+        st.none(),
+        st.just([]),
+        dims,
+        st.lists(st.integers(-max(rank, 1), max(rank, 1) - 1), min_size=1, max_size=max(rank, 1), unique=True),
+        st.lists(st.integers(-max(rank, 1), max(rank, 1) - 1), min_size=1, max_size=max(rank, 1), unique=True),
+        st.lists(dims, min_size=1, max_size=rank + 2),  # repeated dims too
+    )
+    dtype = st.one_of(st.none(), st.none(), st.none(), st.sampled_from(FLOAT_DTYPES), st.sampled_from(OTHER_DTYPES))
+    return st.fixed_dictionaries({"dim": dim, "keepdim": st.booleans(), "dtype": dtype})
 
 
 OPERATORS = (
@@ -121,10 +162,26 @@ OPERATORS = (
         inplace_rules=None,
         weight_kind="scalar",
     ),
-    # Future entries, one each, e.g.:
-    #   Operator("weighted_square_sum",
-    #            lambda input, weight, dim, keepdim, dtype: (weight * input.square()).sum(dim, keepdim, dtype=dtype),
-    #            overloads=(...), out_rules=..., inplace_rules=None, bitwise=False, extra_args=reduction_args)
+    # A reduction: sum(weight * input**2) over dim, like torch.sum (dim, keepdim, dtype=). Not bit
+    # for bit: judged against the exact sum (weighted_square_sum_exact).
+    Operator(
+        name="weighted_square_sum",
+        composite=weighted_square_sum_composite,
+        overloads=(
+            Overload(
+                "weighted_square_sum",
+                FUNCTIONAL,
+                lambda a: OPS.weighted_square_sum(a["input"], a["weight"], a["dim"], a["keepdim"], dtype=a["dtype"]),
+                False,
+                800,
+            ),
+        ),
+        out_rules=None,
+        inplace_rules=None,
+        bitwise=False,
+        extra_args=reduction_args,
+        exact=weighted_square_sum_exact,
+    ),
 )
 
 OVERLOADS = {overload.name: (op, overload) for op in OPERATORS for overload in op.overloads}
@@ -144,6 +201,10 @@ class Refusal:
 
 def _tensors(args):
     return [t for t in args.values() if isinstance(t, torch.Tensor)]
+
+
+def _dtype_argument(case, args):
+    return any(isinstance(v, torch.dtype) and v not in FLOAT_DTYPES for v in args.values())
 
 
 def _non_float(case, args):
@@ -175,6 +236,12 @@ REFUSALS = (
         "only cast a float result to complex: ATen computes these",
         _non_float,
         r"must have dtype float16, bfloat16, float32 or float64, got",
+    ),
+    Refusal(
+        "dtype_argument",
+        "a dtype= argument that is not floating (ATen sums in integers, bool or complex)",
+        _dtype_argument,
+        r"dtype must be float16, bfloat16, float32 or float64, got",
     ),
     Refusal(
         "cpu_scalar",
@@ -301,11 +368,16 @@ def _setup_source(case, device):
     return [line for line in lines if line]
 
 
+def _keyword_only(overload):
+    base, _, name = overload.name.partition(".")
+    schema = getattr(getattr(OPS, base), name or "default")._schema
+    return {a.name for a in schema.arguments if a.kwarg_only}
+
+
 def _call_source(overload, names):
     """Python for one call of `overload` on the arguments called `names` (in schema order)."""
-    if overload.kind == OUT:
-        return f"torch.ops.custom.{overload.name}({', '.join(n for n in names if n != 'out')}, out=out)"
-    return f"torch.ops.custom.{overload.name}({', '.join(names)})"
+    keyword = _keyword_only(overload)
+    return f"torch.ops.custom.{overload.name}({', '.join(f'{n}={n}' if n in keyword else n for n in names)})"
 
 
 def repro(case, device):
@@ -433,6 +505,9 @@ def _check_values(op, operands, dtype, actual, what):
         exact = op.composite(**each(lambda v: v.to(dtype).to(_opmath(dtype)))).to(dtype).to(cast)
         assert _nan_equal(actual, exact), f"{what}: not bit for bit the composite\nours={actual}\nexpected={exact}"
         return
+    if op.exact is not None:
+        _check_sum(op, tensors, actual, what)
+        return
     reference = op.composite(**each(lambda v: v.to(dtype).double())).cpu()
     actual = actual.detach().cpu().double()
     finite = reference.abs() <= min(torch.finfo(dtype).max, torch.finfo(cast).max)
@@ -448,8 +523,44 @@ def _check_values(op, operands, dtype, actual, what):
     )
 
 
-def _check_error(error, op_name, what):
-    assert isinstance(error, RuntimeError), f"{what}: ours raised {type(error).__name__}, not a RuntimeError: {error}"
+def _check_sum(op, operands, actual, what):
+    """A reduction's values (op.exact): within one rounding of the result's dtype plus the
+    accumulation dtype's pairwise-sum error (relative to the sum of the terms' absolute values) of
+    the exact sum. Where a term or the sum of their absolute values overflows the accumulation
+    dtype, any value goes (ATen's own sum gives inf or nan there); a NaN sum is NaN; a finite sum
+    past the result dtype's range is the infinity of its sign."""
+    value, magnitude, n, accumulate = (t.cpu() if isinstance(t, torch.Tensor) else t for t in op.exact(**operands))
+    cast = actual.dtype
+    actual = actual.detach().cpu().double()
+    assert actual.shape == value.shape, f"{what}: shape {tuple(actual.shape)}, exact {tuple(value.shape)}"
+    u_cast, tiny_cast = ROUNDING[cast]
+    u_acc, tiny_acc = ROUNDING[accumulate]
+    judged = magnitude <= torch.finfo(accumulate).max  # False for nan and inf too
+    nan = value.isnan()
+    assert actual[nan].isnan().all(), f"{what}: a NaN sum is not NaN\nours={actual}\nexact={value}"
+    limit = torch.finfo(cast).max
+    overflow = judged & (value.abs() > limit * (1 + 2 * u_cast))
+    assert torch.equal(actual[overflow], value[overflow].sign() * float("inf")), f"{what}: overflow not inf"
+    close = judged & (value.abs() <= limit)
+    growth = 2 * math.ceil(math.log2(n + 1)) + 8
+    bound = 2 * u_cast * value.abs() + growth * (u_acc * magnitude + tiny_acc) + 2 * tiny_cast
+    error = (actual - value).abs()
+    bad = close & ~(error <= bound)
+    if bad.any():
+        i = tuple(bad.nonzero()[0].tolist())
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {bad.numel()} sums further from the exact sum than allowed, e.g. at "
+            f"{i}: ours {actual[i].item()!r}, exact {value[i].item()!r}, allowed error {bound[i].item():.3g} "
+            f"({n} terms)\nours={actual}\nexact={value}"
+        )
+
+
+def _check_error(error, op_name, what, also=()):
+    """Ours raised a RuntimeError (or an exception of a type in `also`: ATen's own, e.g. IndexError
+    for a dim out of range) that names the op or is ATen's own message."""
+    assert isinstance(error, (RuntimeError, *also)), (
+        f"{what}: ours raised {type(error).__name__}, not a RuntimeError: {error}"
+    )
     message = str(error)
     assert op_name in message or any(re.search(p, message) for p in ATEN_MESSAGES), (
         f"{what}: our error names neither the op nor is ATen's own: {message}"
@@ -477,7 +588,7 @@ def judge(case, device):
         if our_error is not None:
             if aten_error is not None:
                 outcome = BOTH_RAISED
-                _check_error(our_error, "custom::" + op.name, "both raised")
+                _check_error(our_error, "custom::" + op.name, "both raised", also=(type(aten_error),))
             elif target_name and not _aten_defined(op, overload, aten_args, aten_buffers, aten_before, clean):
                 _check_error(our_error, "custom::" + op.name, "ATen-undefined")
                 return UNDEFINED

@@ -27,6 +27,8 @@ import export_models
 
 needs_cuda = pytest.mark.skipif(not (HAS_GPU and CUDA_BUILT), reason="needs a GPU and the CUDA kernels")
 SHAPES = [(2, 3), (5, 8), (17, 4), (64, 33)]
+# The app's checks of the C++ API on each device: 5 of custom::weighted_sum, 4 of weighted_square_sum.
+API_CHECKS = 5 + 4
 
 
 def assert_same(actual, expected):
@@ -40,6 +42,7 @@ def test_export_dynamic_shapes(device):
     program = export_models.export_program(device)
     targets = [str(node.target) for node in program.graph.nodes if node.op == "call_function"]
     assert "custom.weighted_sum.default" in targets, targets
+    assert "custom.weighted_square_sum.default" in targets, targets
     # Both sizes stayed symbolic: batch and features (shared by input and weight).
     input_node = next(node for node in program.graph.nodes if node.op == "placeholder" and node.name == "input")
     assert all(isinstance(size, torch.SymInt) for size in input_node.meta["val"].shape)
@@ -98,7 +101,8 @@ if library != "-":
 runner = torch._inductor.aoti_load_package(package)
 for rows, cols in [(6, 3), (2, 9)]:
     x, w = torch.randn(rows, cols, device=device), torch.randn(cols, device=device)
-    torch.testing.assert_close(runner(x, w), w * x * x + x, rtol=1e-5, atol=1e-5)
+    row_sums = (w.double() * x.double().square()).sum(-1, keepdim=True)
+    torch.testing.assert_close(runner(x, w), w * x * x + x + row_sums, rtol=1e-5, atol=1e-5)
 print("ok")
 """
 
@@ -122,7 +126,10 @@ def test_aoti_package_in_fresh_process_needs_the_library(models):
     assert with_library.returncode == 0 and "ok" in with_library.stdout, with_library.stderr[-3000:]
     without = load_in_fresh_process("-", models["cpu"], "cpu")
     assert without.returncode != 0
-    assert "custom::weighted_sum" in without.stderr, without.stderr[-3000:]
+    # The first operator of the graph that cannot be found: either one.
+    assert "custom::weighted_sum" in without.stderr or "custom::weighted_square_sum" in without.stderr, without.stderr[
+        -3000:
+    ]
 
 
 @pytest.mark.slow
@@ -219,10 +226,12 @@ def test_cpp_app_api_torchscript_and_aoti_cpu(cpp_app, models):
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "custom::weighted_sum on cpu" in out
+    assert "custom::weighted_square_sum on cpu" in out
     assert f"TorchScript {models['torchscript']} on cpu" in out
     assert f"AOTInductor {models['cpu']} on cpu" in out
     assert "MISMATCH" not in out and "all checks passed" in out
-    assert out.count("  ok ") == 5 + 6 + 4, out  # API checks, TorchScript checks, AOTInductor shapes
+    # API checks of each operator, TorchScript checks, AOTInductor shapes
+    assert out.count("  ok ") == API_CHECKS + 6 + 4, out
 
 
 @pytest.mark.slow
@@ -230,7 +239,13 @@ def test_cpp_app_prints_values_and_catches_a_wrong_model(cpp_app, tmp_path):
     # Without --quiet it prints the tensors.
     shown = subprocess.run([str(cpp_app), "--device", "cpu"], capture_output=True, text=True, timeout=300)
     assert shown.returncode == 0, shown.stdout + shown.stderr
-    for name in ("weighted_sum(input, weight) =", "input.grad =", "weight.grad =", "CPUFloatType"):
+    for name in (
+        "weighted_sum(input, weight) =",
+        "input.grad =",
+        "weight.grad =",
+        "CPUFloatType",
+        "weighted_square_sum(input, weight, dim=1) =",
+    ):
         assert name in shown.stdout
 
     # A model that is not what the app expects: it must say MISMATCH and exit 1, not pass.
@@ -272,6 +287,7 @@ def test_cpp_app_cuda(install_prefix, cpp_app, models, cuda_package):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "custom::weighted_sum on cuda" in result.stdout
+    assert "custom::weighted_square_sum on cuda" in result.stdout
     assert f"TorchScript {models['torchscript']} on cuda" in result.stdout
     assert f"AOTInductor {cuda_package} on cuda" in result.stdout
-    assert result.stdout.count("  ok ") == 2 * (5 + 6) + 4, result.stdout
+    assert result.stdout.count("  ok ") == 2 * (API_CHECKS + 6) + 4, result.stdout

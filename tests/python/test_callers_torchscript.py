@@ -7,7 +7,9 @@ and every script/save expects exactly that warning."""
 import subprocess
 import sys
 import textwrap
+from typing import Optional
 
+import pytest
 import torch
 
 from environment import LIBRARY
@@ -40,13 +42,21 @@ def inplace_function(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return y
 
 
+def square_sum_function(
+    x: torch.Tensor, w: torch.Tensor, dim: Optional[list[int]], keepdim: bool, dtype: Optional[torch.dtype]
+) -> torch.Tensor:
+    return torch.ops.custom.weighted_square_sum(x, w, dim, keepdim, dtype=dtype)
+
+
 scripted_function = script(function)
 scripted_out = script(out_function)
 scripted_inplace = script(inplace_function)
+scripted_square_sum = script(square_sum_function)
 
 
 class Net(torch.nn.Module):
-    """A learned weight for custom::weighted_sum, then a linear layer."""
+    """A learned weight for both operators: custom::weighted_sum then a linear layer, plus each row's
+    custom::weighted_square_sum."""
 
     def __init__(self, features: int = 8):
         super().__init__()
@@ -54,7 +64,8 @@ class Net(torch.nn.Module):
         self.linear = torch.nn.Linear(features, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear(torch.ops.custom.weighted_sum(x, self.weight))
+        row_sums = torch.ops.custom.weighted_square_sum(x, self.weight, [-1], keepdim=True)
+        return self.linear(torch.ops.custom.weighted_sum(x, self.weight)) + row_sums
 
 
 def assert_same(actual, expected):
@@ -76,10 +87,45 @@ def test_script_out_and_inplace(device):
     assert_same(scripted_inplace(x, w), w * x * x)
 
 
+# (dim, keepdim, dtype) of custom::weighted_square_sum through TorchScript's argument passing.
+SQUARE_SUM_ARGUMENTS = [
+    (None, False, None),
+    ([], True, None),
+    ([0], False, None),
+    ([-1], True, None),
+    ([1, 0], False, torch.float64),
+    ([1], False, torch.float16),
+]
+
+
+@pytest.mark.parametrize("dim, keepdim, dtype", SQUARE_SUM_ARGUMENTS)
+def test_script_square_sum_matches_composite(device, dim, keepdim, dtype):
+    assert "custom::weighted_square_sum" in str(scripted_square_sum.graph)
+    x, w = torch.randn(5, 8, device=device), torch.randn(8, device=device)
+    result = scripted_square_sum(x, w, dim, keepdim, dtype)
+    expected = (w * x.square()).sum(dim, keepdim, dtype=dtype)
+    assert result.dtype == expected.dtype and result.shape == expected.shape
+    # Against the composite in float64: the op sums in float32 (float64 for a float64 result).
+    reference = (w.double() * x.double().square()).sum(dim, keepdim)
+    tolerance = {torch.float16: 2e-3, torch.float32: 1e-5, torch.float64: 1e-12}[result.dtype]
+    torch.testing.assert_close(result.double(), reference, rtol=tolerance, atol=tolerance)
+
+
+def test_autograd_through_scripted_square_sum(device):
+    x = torch.randn(4, 6, device=device, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(6, device=device, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(4, 1, device=device, dtype=torch.float64)
+    scripted_grads = torch.autograd.grad(scripted_square_sum(x, w, [1], True, None), (x, w), grad)
+    composite_grads = torch.autograd.grad((w * x.square()).sum(1, keepdim=True), (x, w), grad)
+    for actual, expected in zip(scripted_grads, composite_grads):
+        torch.testing.assert_close(actual, expected)
+
+
 def test_script_module(device):
     net = Net().to(device)
     scripted = script(net)
     assert "custom::weighted_sum" in str(scripted.graph)
+    assert "custom::weighted_square_sum" in str(scripted.graph)
     for rows in (1, 4, 9):
         x = torch.randn(rows, 8, device=device)
         assert_same(scripted(x), net(x))
@@ -172,4 +218,6 @@ def test_load_without_library_fails_clearly(tmp_path):
         "-", tmp_path / "net.pt", tmp_path / "function.pt", tmp_path / "data.pt", tmp_path / "out.pt", device="cpu"
     )
     assert result.returncode != 0
-    assert "custom::weighted_sum" in result.stderr or "custom.weighted_sum" in result.stderr, result.stderr[-2000:]
+    # The first operator of the module that cannot be found: either one.
+    names = ("custom::weighted_sum", "custom.weighted_sum", "custom::weighted_square_sum", "custom.weighted_square_sum")
+    assert any(name in result.stderr for name in names), result.stderr[-2000:]

@@ -12,6 +12,8 @@ and ours on identical copies; see oracle.py for the outcomes it accepts. Draws:
             or shares a buffer with either without overlapping it
   in place  weight is self, another view of self or part of it; self that would have to grow
   .Scalar   a Python number as weight: floats, ints, bools, complex, inf, nan, -0.0, huge, tiny
+  reduction dim None, [], an int or a list (negative, repeated or out of range now and then),
+            keepdim, dtype= None mostly, else floating or one the op refuses (oracle.reduction_args)
 On an accelerator, 0-dim operands are left on the CPU now and then.
 """
 
@@ -191,6 +193,11 @@ def cases(draw, overload_name, device):
         w_view = x_view
     else:
         w_view = b.fresh("weight", w_shape, w_dtype, on_cpu=_zero_dim_on_cpu(draw, device, w_shape))
+    if op.extra_args is not None:  # e.g. a reduction's dim, keepdim and dtype, in schema order
+        rank = len(shape) if shape is not None else max(len(x_view.shape), len(w_view.shape))
+        for name, value in draw(op.extra_args(shape, rank)).items():
+            b.args.append((name, value))
+            b.notes.append(f"{name}={value!r}")
     if overload.kind == FUNCTIONAL:
         return b.case(overload_name, _broadcast(dict(b.args), b))
 
@@ -219,7 +226,11 @@ def cases(draw, overload_name, device):
 
 
 def _broadcast(args, b):
-    shapes = [v.shape if isinstance(v, View) else args[v.role].shape for k, v in args.items() if k != "out"]
+    shapes = [
+        v.shape if isinstance(v, View) else args[v.role].shape
+        for k, v in args.items()
+        if k != "out" and isinstance(v, (View, Same))  # not a reduction's dim, keepdim or dtype
+    ]
     try:
         return tuple(torch.broadcast_shapes(*shapes))
     except RuntimeError:

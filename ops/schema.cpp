@@ -18,4 +18,11 @@ CUSTOM_OPS_LIBRARY(custom, m) {
       "weighted_sum_backward(Tensor grad, Tensor input, Tensor weight, bool[2] output_mask)"
       " -> (Tensor, Tensor)",
       tags);
+
+  // sum(weight * input**2) over `dim` (every dim when None or empty), like torch.sum. Its
+  // backward is weighted_sum_backward's with the grad broadcast back over the reduced dims.
+  m.def(
+      "weighted_square_sum(Tensor input, Tensor weight, int[1]? dim=None, bool keepdim=False, *,"
+      " ScalarType? dtype=None) -> Tensor",
+      tags);
 }

@@ -1,5 +1,6 @@
-// Argument checks and shape/dtype rules shared by the CPU, CUDA and Meta kernels, so every key
-// accepts the same inputs, gives the same errors and infers the same output.
+// Argument checks and shape/dtype rules shared by every operator and by its CPU, CUDA and Meta
+// kernels, so every op and key accepts the same inputs, gives the same errors and infers the same
+// output.
 // Shapes are SymInts throughout: the Meta kernels run on symbolic shapes under torch.compile.
 #pragma once
 

@@ -1,6 +1,6 @@
 // Sparse, sparse-CSR, mkldnn and nested tensors dispatch to their own keys, where the dispatcher
 // would only say "could not run ... with arguments from the 'SparseCPU' backend". These kernels
-// name the argument and its layout instead.
+// name the argument and its layout instead, for every operator of the library.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <torch/library.h>
@@ -27,7 +27,8 @@ void reject_non_strided(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 }
 
 void register_rejections(torch::Library& m) {
-  for (const char* name : {"weighted_sum", "weighted_sum.out", "weighted_sum_", "weighted_sum_backward"}) {
+  for (const char* name :
+       {"weighted_sum", "weighted_sum.out", "weighted_sum_", "weighted_sum_backward", "weighted_square_sum"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&reject_non_strided>());
   }
 }

@@ -1,4 +1,4 @@
-#include "weighted_sum_checks.h"
+#include "operand_checks.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/TypeProperties.h>

@@ -1,0 +1,260 @@
+"""How bench_weighted_square_sum.py reports: the rows of the results JSON with the ratios its
+targets read, the printed tables, the targets with their PASS/MISS summary, the file and the plot.
+The targets are judged by weighted_sum_report.evaluate, and the JSON written by its results_json,
+as the first benchmark's."""
+
+from __future__ import annotations
+
+import pathlib
+
+from weighted_square_sum_variants import LAYOUTS
+from weighted_sum_report import Target, evaluate, results_json  # noqa: F401 (results_json: re-exported)
+
+BENCHMARK = "weighted_square_sum"  # the results JSON's "benchmark": plot_results.py draws by it
+KIND = "square_sum"  # every row's "kind"
+LABELS = {
+    "copy": "y.copy_(x) floor",
+    "sum_x": "torch.sum(x)",
+    "eager": "eager (w*x^2).sum",
+    "two_step": "weighted_sum().sum",
+    "compile": "compile (w*x*x).sum",
+    "ours": "ours",
+}
+# Where torch.compile's time is above this multiple of the floor, ours must beat it.
+COMPILE_SLOW = 1.05
+
+
+# ----------------------------------------------------------------------------------------------
+# Rows
+
+
+def timed_rows(case, shape, variants, times: dict) -> list[dict]:
+    """One row per variant of a case, with
+
+    vs_floor    this time / the floor: the variant's bytes at the bandwidth `copy` reached here
+                (copy_ reads x and writes y, 2 streams of x's size, so ours' floor is the copy's
+                time, and half of it for broadcast_row, whose w is read once)
+    vs_sum      this variant's GB/s / torch.sum(x)'s: above 1, more bytes read per second than
+                the 1-stream reduction of x alone (the CPU target)
+    vs_eager    this time / eager's (below 1: faster)
+    vs_compile  this time / torch.compile's
+    vs_compile_slow  ours only: vs_compile where compile's time is above COMPILE_SLOW x the
+                floor, else null (the target "ours ahead of compile wherever compile is slow")
+    """
+    copy = next(v for v in variants if v.name == "copy")
+    by_name = {variant.name: variant for variant in variants}
+
+    def floor_us(variant):
+        return times["copy"] * variant.bytes / copy.bytes
+
+    sum_gbps = by_name["sum_x"].bytes / times["sum_x"]
+    rows = []
+    for variant in variants:
+        us = times[variant.name]
+        row = {
+            "kind": KIND,
+            "variant": variant.name,
+            "dtype": case.dtype,
+            "layout": case.layout,
+            "log2n": case.log2n,
+            "n": case.n,
+            "shape": list(shape),
+            "threads": case.threads,
+            "median_us": round(us, 3),
+            "bytes": variant.bytes,
+            "gbps": round(variant.bytes / us / 1e3, 2),
+            "floor_us": round(floor_us(variant), 3),
+            "vs_floor": round(us / floor_us(variant), 4),
+            "vs_sum": round(variant.bytes / us / sum_gbps, 4),
+            "vs_eager": round(us / times["eager"], 4),
+            "vs_compile": round(us / times["compile"], 4) if "compile" in times else None,
+        }
+        if variant.name == "ours":
+            compile_slow = "compile" in times and times["compile"] > COMPILE_SLOW * floor_us(by_name["compile"])
+            row["vs_compile_slow"] = row["vs_compile"] if compile_slow else None
+        rows.append(row)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# Printing
+
+ROW_FORMAT = "{:<20} {:<9} {:<13} {:>4} {:>5} {:>12} {:>9} {:>8} {:>8} {:>8} {:>9}"
+COLUMNS = (
+    "variant",
+    "dtype",
+    "layout",
+    "thr",
+    "n",
+    "median us",
+    "GB/s",
+    "vs floor",
+    "vs sum",
+    "vs eager",
+    "vs compile",
+)
+
+
+def print_header(threads, dtype, layout):
+    print()
+    print(f"== {dtype} {layout}" + (f", {threads} threads" if threads else ""))
+    print(ROW_FORMAT.format(*COLUMNS))
+
+
+def _ratio(value):
+    return "" if value is None else f"{value:.3f}x"
+
+
+def print_rows(rows):
+    for row in rows:
+        print(
+            ROW_FORMAT.format(
+                LABELS[row["variant"]],
+                row["dtype"],
+                row["layout"],
+                row["threads"] or "-",
+                f"2^{row['log2n']}",
+                f"{row['median_us']:.2f}",
+                f"{row['gbps']:.1f}",
+                _ratio(row["vs_floor"]),
+                _ratio(row["vs_sum"]),
+                _ratio(row["vs_eager"]),
+                _ratio(row["vs_compile"]),
+            ),
+            flush=True,
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# The issue's targets
+
+
+def _ours(text, device, metric, bound, at_least, layouts, min_log2, **extra) -> Target:
+    return Target(text, device, KIND, "ours", metric, bound, at_least, tuple(layouts), min_log2=min_log2, **extra)
+
+
+def targets() -> list[Target]:
+    found = []
+    for layout, bound, floor in (
+        ("full", 1.05, "2-stream"),
+        ("rows_c1024", 1.05, "2-stream"),
+        ("rows_c16384", 1.05, "2-stream"),
+        ("columns", 1.15, "2-stream"),
+        ("broadcast_row", 1.05, "1-stream (x)"),
+    ):
+        found.append(
+            _ours(
+                f"GPU {layout} n>=2^26, every dtype: ours <= {bound}x the {floor} floor",
+                "cuda",
+                "vs_floor",
+                bound,
+                False,
+                (layout,),
+                26,
+            )
+        )
+    found.append(
+        _ours(
+            f"GPU n>=2^26, every dtype and layout: ours beats torch.compile where compile > {COMPILE_SLOW}x floor",
+            "cuda",
+            "vs_compile_slow",
+            1.0,
+            False,
+            LAYOUTS,
+            26,
+            strict=True,
+        )
+    )
+    found.append(
+        _ours(
+            "CPU n>=2^20, all threads, every dtype and layout: ours' GB/s >= 0.9x torch.sum(x)'s",
+            "cpu",
+            "vs_sum",
+            0.9,
+            True,
+            LAYOUTS,
+            20,
+            all_threads=True,
+        )
+    )
+    found.append(
+        _ours(
+            "CPU n>=2^20, all threads, every dtype and layout: ours >= 1.5x faster than eager",
+            "cpu",
+            "vs_eager",
+            1 / 1.5,
+            False,
+            LAYOUTS,
+            20,
+            all_threads=True,
+        )
+    )
+    return found
+
+
+def _vacuous(target: Target, rows) -> bool:
+    """The compile target has no rows where torch.compile stayed within COMPILE_SLOW x the floor
+    at every size: then it holds, as long as compile was measured at those sizes at all."""
+    return target.metric == "vs_compile_slow" and any(
+        row["kind"] == KIND
+        and row["variant"] == "ours"
+        and row.get("vs_compile") is not None
+        and row["log2n"] >= target.min_log2
+        for row in rows
+    )
+
+
+def evaluate_all(rows, device, all_threads) -> list[dict]:
+    results = []
+    for target in targets():
+        result = evaluate(target, rows, device, all_threads)
+        if result is None:
+            continue
+        if result["status"] == "n/a" and _vacuous(target, rows):
+            result = {**result, "status": "PASS", "note": f"compile within {COMPILE_SLOW}x the floor at every size"}
+        results.append(result)
+    return results
+
+
+def summarize(rows, device, all_threads) -> list[dict]:
+    results = evaluate_all(rows, device, all_threads)
+    print("\n== targets (worst case over the selected rows)")
+    for result in results:
+        if result.get("note"):
+            print(f"{result['status']}  {result['target']}: {result['note']}")
+            continue
+        if result["worst"] is None:
+            print(f"n/a   {result['target']}: no measured rows in range")
+            continue
+        line = f"{result['status']}  {result['target']}: worst {result['worst']:.3f}x at {result['at']}"
+        if result["status"] == "MISS" and result["sized"]:
+            k = result["holds_from_log2"]
+            line += f"; holds from n=2^{k} up" if k is not None else "; holds at no measured size"
+        print(line + f" ({result['rows']} rows)")
+    return results
+
+
+# ----------------------------------------------------------------------------------------------
+# Files
+
+
+def output_path(args, meta) -> pathlib.Path:
+    """bench/results/<date>-<device>-square-sum-<commit>.json under --output-dir, or --output:
+    a JSON path, or a directory (an existing one, or a path not ending in .json) to put that
+    name in."""
+    commit = (meta.get("git_commit") or "")[:7]
+    name = f"{meta['date']}-{meta['device']}-square-sum" + (f"-{commit}" if commit else "") + ".json"
+    if args.output is None:
+        return args.output_dir / "bench" / "results" / name
+    if args.output.is_dir() or args.output.suffix != ".json":
+        return args.output / name
+    return args.output
+
+
+def plot(results: pathlib.Path, png: pathlib.Path):
+    try:
+        import plot_results
+    except ImportError as error:  # matplotlib is optional for the measurement itself
+        print(f"bench: no plot ({error})")
+        return
+    print(f"wrote {plot_results.plot_file(results, png)}")

@@ -1,0 +1,332 @@
+// CPU loop of weighted_square_sum: out[o, i] = sum over r of w[o, r, i] * x[o, r, i]**2, on the
+// [outer, reduce, inner] views the frontend built (ops/weighted_square_sum_frontend.h).
+//
+// Like weighted_sum_kernel.cpp, this file is compiled once per instruction set (DEFAULT and AVX2;
+// CMake sets CPU_CAPABILITY) and weighted_square_sum_cpu_dispatch.cpp picks one at run time.
+//
+// Order and accuracy. The reduce dimension is cut into chunks whose bounds depend on the shape
+// alone. Each chunk is summed into a partial, in series per accumulator lane (at most
+// kSerialTerms terms in series), and the partials of one output are then added in a fixed
+// pairwise tree. The threads only decide who computes which partial, never the order of the
+// additions, so every thread count gives the same bits; and the error stays that of a pairwise
+// sum (float32: a few 1e-7 relative for 2^26 positive terms, like torch.sum's cascade).
+//
+// Layouts, by the strides of the views (one path per call, chosen from the strides):
+// - Rows: the reduce dimension is contiguous in the input (the weight's is too, or broadcast):
+//   full reductions and last-dimension sums. Vectorized along the reduce dimension.
+// - Columns: the inner dimension is contiguous (the weight's is too, or broadcast): first-
+//   dimension sums, and x.t() summed over its last dimension (see reduce_typed). Vectorized
+//   across inner, a chunk's rows added one after the other into sums that stay in the L1 cache.
+//   A weight broadcast over the rows (w of shape [C] over x of [R, C]) is one row, read from cache.
+// - Anything else: the same chunks and tree, one scalar term at a time.
+//
+// Threads: at::parallel_for is inline and parallel only where this file is compiled with OpenMP
+// (-fopenmp, as ATen is: cmake/CustomOpsCpuKernels.cmake adds it); any thread count, same bits.
+#include <algorithm>
+#include <array>
+
+#include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE, the work ATen gives one task at least
+#include <ATen/core/Tensor.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/Unroll.h>
+#include <c10/util/irange.h>
+
+#include "kernels/cpu/weighted_square_sum_kernel.h"
+#include "ops/floating_types.h"
+#include "ops/weighted_square_sum_math.h"
+
+namespace custom::cpu::CPU_CAPABILITY {
+namespace {
+
+// The accuracy bound: no accumulator adds more than this many terms in series before its sum
+// joins the pairwise tree. Serial error grows with it, the partials' memory shrinks with it.
+constexpr int64_t kSerialTerms = 128;
+
+// Independent vector accumulators of the vectorized paths: enough to hide the add latency.
+constexpr int kAccumulators = 4;
+
+// Terms per parallel work item (at least): amortizes a task's start.
+constexpr int64_t kItemTerms = 16384;
+
+// Columns summed together by the columns path: long sequential reads of each row, and sums that
+// stay in the L1 cache.
+constexpr int64_t kColumnBlock = 1024;
+
+template <typename scalar_t>
+using Vec = at::vec::Vectorized<scalar_t>;
+template <typename scalar_t>
+using acc_t = math::weighted_square_sum_acc_t<scalar_t>;
+template <typename scalar_t>
+using AccVec = Vec<acc_t<scalar_t>>;
+
+// A Vec<scalar_t> holds kParts accumulation vectors: two float vectors for float16/bfloat16.
+template <typename scalar_t>
+constexpr int64_t kParts = Vec<scalar_t>::size() / AccVec<scalar_t>::size();
+template <typename scalar_t>
+using AccParts = std::array<AccVec<scalar_t>, kParts<scalar_t>>;
+
+constexpr math::WeightedSquareSumTerm term;
+constexpr math::WeightedSquare weighted_square;
+
+template <typename scalar_t>
+AccParts<scalar_t> to_acc(const Vec<scalar_t>& v) {
+  if constexpr (kParts<scalar_t> == 1) {
+    return {v};
+  } else {
+    const auto halves = at::vec::convert_to_float<scalar_t>(v);
+    return {std::get<0>(halves), std::get<1>(halves)};
+  }
+}
+
+template <typename scalar_t>
+AccParts<scalar_t> broadcast(scalar_t value) {
+  AccParts<scalar_t> parts;
+  parts.fill(AccVec<scalar_t>(static_cast<acc_t<scalar_t>>(value)));
+  return parts;
+}
+
+// kLoads Vec<scalar_t> of terms summed into kLoads * kParts accumulators. Unrolled at compile
+// time: with constant indices the accumulators stay in registers (a loop over them spills them).
+template <typename scalar_t, int kLoads>
+using Accumulators = std::array<AccVec<scalar_t>, kLoads * kParts<scalar_t>>;
+
+// acc += w * (x * x): the scalar term's operation order, in the accumulation type. load_x(l)
+// gives the l-th Vec<scalar_t> of the input, load_w(l) the weight's as AccParts.
+template <typename scalar_t, int kLoads, typename LoadX, typename LoadW>
+C10_ALWAYS_INLINE void accumulate(Accumulators<scalar_t, kLoads>& acc, const LoadX& load_x, const LoadW& load_w) {
+  c10::ForcedUnroll<kLoads>{}([&](auto load) {
+    const AccParts<scalar_t> x = to_acc(load_x(load));
+    const AccParts<scalar_t> w = load_w(load);
+    c10::ForcedUnroll<kParts<scalar_t>>{}(
+        [&](auto part) { acc[load * kParts<scalar_t> + part] += weighted_square(x[part], w[part]); });
+  });
+}
+
+// Sums n <= kSerialTerms * (lanes of the accumulators) terms of one row whose input is
+// contiguous; the weight is too (kWeightContiguous) or is w[0] throughout.
+template <typename scalar_t, bool kWeightContiguous>
+C10_NOINLINE acc_t<scalar_t> row_sum(const scalar_t* x, const scalar_t* w, int64_t n) {
+  using V = Vec<scalar_t>;
+  constexpr int kLoads = kAccumulators / kParts<scalar_t>;
+  constexpr int64_t kStep = kLoads * V::size();
+  int64_t i = 0;
+  acc_t<scalar_t> sum = 0;
+  if (n >= kStep) {  // short rows (many of them, as a rule) skip the vectors' setup and lanes' sum
+    Accumulators<scalar_t, kLoads> acc;
+    acc.fill(AccVec<scalar_t>(0));
+    const AccParts<scalar_t> w_broadcast = broadcast(*w);
+    for (; i + kStep <= n; i += kStep) {
+      accumulate<scalar_t, kLoads>(
+          acc, [&](int load) { return V::loadu(x + i + load * V::size()); },
+          [&](int load) { return kWeightContiguous ? to_acc(V::loadu(w + i + load * V::size())) : w_broadcast; });
+    }
+    static_assert(kAccumulators == 4, "the lanes' tree below adds four accumulators");
+    const auto lanes = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    sum = at::vec::vec_reduce_all([](const auto& a, const auto& b) { return a + b; }, lanes);
+  }
+  // Fewer than kStep terms: not worth a masked vector.
+  acc_t<scalar_t> tail = 0;
+  for (; i < n; ++i) {
+    tail += term(x[i], w[kWeightContiguous ? i : 0]);
+  }
+  return sum + tail;
+}
+
+// Sums `rows` rows (at most kSerialTerms) of `width` columns into dst[0, width): the input's
+// columns are contiguous, the weight's too (kWeightContiguous) or one value per row. Row by row,
+// with the sums in dst: each row is one sequential read, which the hardware prefetches (a tile of
+// columns held in registers down all the rows would jump a row's stride, and often a page, per load).
+template <typename scalar_t, bool kWeightContiguous>
+C10_NOINLINE void column_sums(
+    const scalar_t* x,
+    int64_t x_row_stride,
+    const scalar_t* w,
+    int64_t w_row_stride,
+    int64_t rows,
+    int64_t width,
+    acc_t<scalar_t>* dst) {
+  using V = Vec<scalar_t>;
+  using A = AccVec<scalar_t>;
+  std::fill_n(dst, width, acc_t<scalar_t>(0));
+  for (int64_t r = 0; r < rows; ++r, x += x_row_stride, w += w_row_stride) {
+    const AccParts<scalar_t> w_broadcast = broadcast(*w);
+    int64_t i = 0;
+    for (; i + V::size() <= width; i += V::size()) {
+      const AccParts<scalar_t> x_parts = to_acc(V::loadu(x + i));
+      const AccParts<scalar_t> w_parts = kWeightContiguous ? to_acc(V::loadu(w + i)) : w_broadcast;
+      c10::ForcedUnroll<kParts<scalar_t>>{}([&](auto part) {
+        acc_t<scalar_t>* const sum = dst + i + part * A::size();
+        (A::loadu(sum) + weighted_square(x_parts[part], w_parts[part])).store(sum);
+      });
+    }
+    for (; i < width; ++i) {
+      dst[i] += term(x[i], w[kWeightContiguous ? i : 0]);
+    }
+  }
+}
+
+// dst[j] += src[j] for j < n, vectorized where long enough to pay.
+template <typename acc_t>
+void add_into(acc_t* dst, const acc_t* src, int64_t n) {
+  if (n < Vec<acc_t>::size()) {
+    for (const auto j : c10::irange(n)) {
+      dst[j] += src[j];
+    }
+  } else {
+    at::vec::map2([](const Vec<acc_t>& a, const Vec<acc_t>& b) { return a + b; }, dst, dst, src, n);
+  }
+}
+
+// The schedule shared by every path. The reduce dimension is cut into chunks of chunk_rows rows,
+// the inner one into blocks of at least min_block_cols columns, both fixed by the shape;
+// sum_chunk(o, r0, r1, i0, i1, dst) writes the sums over rows [r0, r1) of columns [i0, i1) to
+// dst[0, i1 - i0). The work items (outer x chunks x blocks) run on all threads, each
+// into its own partials, which are then added in a fixed pairwise tree over the chunks.
+template <typename acc_t, typename SumChunk>
+void reduce_in_chunks(
+    int64_t outer,
+    int64_t reduce,
+    int64_t inner,
+    int64_t chunk_rows,
+    int64_t min_block_cols,
+    acc_t* out,
+    const SumChunk& sum_chunk) {
+  const int64_t rows_per_item = std::min(reduce, chunk_rows);
+  const int64_t chunks = at::divup(reduce, chunk_rows);
+  const int64_t block_cols = std::min(std::max(min_block_cols, at::divup(kItemTerms, rows_per_item)), inner);
+  const int64_t blocks = at::divup(inner, block_cols);
+  const int64_t item_terms = rows_per_item * block_cols;
+  const int64_t grain = std::max<int64_t>(1, at::internal::GRAIN_SIZE / item_terms);
+
+  // One chunk: no partials, the items write the output. Else partials [outer, chunks, inner].
+  at::Tensor partials;
+  acc_t* const sums = chunks == 1 ? out : [&] {
+    partials = at::empty({outer, chunks, inner}, at::TensorOptions().dtype(c10::CppTypeToScalarType<acc_t>::value));
+    return partials.mutable_data_ptr<acc_t>();
+  }();
+
+  at::parallel_for(0, outer * chunks * blocks, grain, [&](int64_t begin, int64_t end) {
+    // Item = (o, chunk, block), block fastest; counted up rather than divided out per item,
+    // which would cost more than a short row's sum.
+    int64_t block = begin % blocks;
+    int64_t chunk = begin / blocks % chunks;
+    int64_t o = begin / blocks / chunks;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t r0 = chunk * chunk_rows;
+      const int64_t i0 = block * block_cols;
+      const int64_t i1 = std::min(i0 + block_cols, inner);
+      sum_chunk(o, r0, std::min(r0 + chunk_rows, reduce), i0, i1, sums + (o * chunks + chunk) * inner + i0);
+      if (++block == blocks) {
+        block = 0;
+        if (++chunk == chunks) {
+          chunk = 0;
+          ++o;
+        }
+      }
+    }
+  });
+  if (chunks == 1) {
+    return;
+  }
+
+  // Pairwise over the chunks: sizes 1, 2, 4, ... merged in place, then the root copied out.
+  at::parallel_for(0, outer * blocks, std::max<int64_t>(1, grain / chunks), [&](int64_t begin, int64_t end) {
+    for (const auto item : c10::irange(begin, end)) {
+      const int64_t o = item / blocks;
+      const int64_t i0 = item % blocks * block_cols;
+      const int64_t width = std::min(block_cols, inner - i0);
+      acc_t* const column = sums + o * chunks * inner + i0;
+      for (int64_t step = 1; step < chunks; step *= 2) {
+        for (int64_t c = 0; c + step < chunks; c += 2 * step) {
+          add_into(column + c * inner, column + (c + step) * inner, width);
+        }
+      }
+      std::copy_n(column, width, out + o * inner + i0);
+    }
+  });
+}
+
+// Strides in elements of a [outer, reduce, inner] view.
+// Strides, in elements, of an [outer, reduce, inner] view.
+struct Strides {
+  int64_t outer, reduce, inner;
+  explicit Strides(const at::Tensor& t) : outer(t.stride(0)), reduce(t.stride(1)), inner(t.stride(2)) {}
+  int64_t at(int64_t o, int64_t r, int64_t i) const { return o * outer + r * reduce + i * inner; }
+};
+
+bool contiguous_or_broadcast(int64_t stride) {
+  return stride == 1 || stride == 0;
+}
+
+template <typename scalar_t>
+void reduce_typed(at::Tensor out, at::Tensor input, at::Tensor weight) {
+  using acc = acc_t<scalar_t>;
+  // With one inner column, out [outer, 1] is also [1, outer]: an outer dimension that is
+  // contiguous (x.t() summed over its last dimension) then becomes a vectorizable inner one.
+  if (input.size(2) == 1 && input.stride(1) != 1 && input.stride(0) == 1) {
+    input = input.permute({2, 1, 0});
+    weight = weight.permute({2, 1, 0});
+    out = out.view({1, -1});
+  }
+  const int64_t outer = input.size(0);
+  const int64_t reduce = input.size(1);
+  const int64_t inner = input.size(2);
+  const Strides xs(input);
+  const Strides ws(weight);
+  const scalar_t* const x = input.const_data_ptr<scalar_t>();
+  const scalar_t* const w = weight.const_data_ptr<scalar_t>();
+  acc* const dst_out = out.mutable_data_ptr<acc>();
+
+  if (inner > 1 && xs.inner == 1 && contiguous_or_broadcast(ws.inner)) {
+    const auto sum_columns = [&](auto weight_contiguous) {
+      constexpr bool kWeightContiguous = decltype(weight_contiguous)::value;
+      const auto sum_chunk = [&](int64_t o, int64_t r0, int64_t r1, int64_t i0, int64_t i1, acc* dst) {
+        column_sums<scalar_t, kWeightContiguous>(
+            x + xs.at(o, r0, i0), xs.reduce, w + ws.at(o, r0, i0), ws.reduce, r1 - r0, i1 - i0, dst);
+      };
+      reduce_in_chunks(outer, reduce, inner, kSerialTerms, kColumnBlock, dst_out, sum_chunk);
+    };
+    ws.inner == 1 ? sum_columns(std::true_type{}) : sum_columns(std::false_type{});
+  } else if (xs.reduce == 1 && contiguous_or_broadcast(ws.reduce)) {
+    // A chunk fills every lane of the accumulators kSerialTerms times.
+    constexpr int64_t kChunk = kSerialTerms * kAccumulators * AccVec<scalar_t>::size();
+    const auto sum_rows = [&](auto weight_contiguous) {
+      constexpr bool kWeightContiguous = decltype(weight_contiguous)::value;
+      const auto sum_chunk = [&](int64_t o, int64_t r0, int64_t r1, int64_t i0, int64_t i1, acc* dst) {
+        for (int64_t i = i0; i < i1; ++i) {
+          dst[i - i0] = row_sum<scalar_t, kWeightContiguous>(x + xs.at(o, r0, i), w + ws.at(o, r0, i), r1 - r0);
+        }
+      };
+      reduce_in_chunks(outer, reduce, inner, kChunk, 1, dst_out, sum_chunk);
+    };
+    ws.reduce == 1 ? sum_rows(std::true_type{}) : sum_rows(std::false_type{});
+  } else {
+    const auto sum_chunk = [&](int64_t o, int64_t r0, int64_t r1, int64_t i0, int64_t i1, acc* dst) {
+      std::fill(dst, dst + (i1 - i0), acc(0));
+      // Rows outermost: the order of the columns path, and the better one for a small inner stride.
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t i = i0; i < i1; ++i) {
+          dst[i - i0] += term(x[xs.at(o, r, i)], w[ws.at(o, r, i)]);
+        }
+      }
+    };
+    reduce_in_chunks(outer, reduce, inner, kSerialTerms, 1, dst_out, sum_chunk);
+  }
+}
+
+void reduce(const detail::WeightedSquareSumReduction& args) {
+  TORCH_INTERNAL_ASSERT(args.input.dim() == 3 && args.weight.sizes() == args.input.sizes());
+  TORCH_INTERNAL_ASSERT(args.input.scalar_type() == args.weight.scalar_type() && args.out.is_contiguous());
+  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(args.input.scalar_type(), "weighted_square_sum_cpu", [&] {
+    reduce_typed<scalar_t>(args.out, args.input, args.weight);
+  });
+}
+
+}  // namespace
+
+const detail::WeightedSquareSumLoops weighted_square_sum_loops{.reduce = reduce};
+
+}  // namespace custom::cpu::CPU_CAPABILITY

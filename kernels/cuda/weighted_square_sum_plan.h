@@ -1,0 +1,229 @@
+// How the CUDA reduction of weighted_square_sum (weighted_square_sum_kernel.cu) splits an
+// [outer, reduce, inner] problem over the GPU. Host-only and header-only, so that CPU tests check
+// the choice without a GPU. Two kernels:
+//  - Rows: inner == 1 and the reduced dim contiguous in both operands (a full reduction, a
+//    last-dim reduction): one warp sums one segment of a row, with 16-byte loads along it.
+//  - Tiles: everything else. A block sums a tile [rows of reduce] x [columns of inner]: threads
+//    along inner (16-byte loads where inner is contiguous: a column reduction), the rest of the
+//    block along reduce, added through shared memory. With strided operands, the generic path.
+// When the outputs are too few to fill the GPU, or a reduction too long for one thread's serial
+// sum, the reduced dim is cut into chunks: stage 1 writes one partial per (output, chunk), and
+// stage 2, the Tiles kernel on the partials, adds each output's chunks.
+//
+// Determinism: the cut and the order of every addition follow from the sizes and strides only,
+// never from the device (no SM count) nor from alignment (the element-wise fallback loads what
+// the vector path loads and adds in the same order), and no atomics: the same bits on every run.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+
+namespace custom::cuda::square_sum {
+
+inline constexpr int kThreads = 256;  // per block, both kernels
+inline constexpr int kWarp = 32;
+inline constexpr int64_t kVectorBytes = 16;
+// Terms one thread adds serially, at most, before the adds become trees (warp shuffles, shared
+// memory, stage 2): float32 stays within ~1e-6 relative error for any length.
+inline constexpr int64_t kMaxSerial = 1024;
+// Rows: segments are multiples of this (32 lanes x 8 halfs), so every segment starts 16-byte
+// aligned when its row does.
+inline constexpr int64_t kSegmentGranule = 256;
+// Rows: enough warps that the loads in flight cover HBM latency (H100/H200: 132 SMs); with fewer
+// rows, rows are cut towards kTargetWarps segments of at least kMinSegment elements. Measured on
+// an H200: more, shorter segments lose more in stage 2 (one block for a full reduction) than they
+// gain in balance.
+inline constexpr int64_t kEnoughWarps = 4096;
+inline constexpr int64_t kTargetWarps = 4096;
+inline constexpr int64_t kMinSegment = 2048;
+// Tiles: the same for blocks. Chunks of at least kMinChunkRows rows keep the partials' traffic
+// under 1% of the operands' and each block's loop long enough to stream (shorter chunks measured
+// up to 15% slower for bfloat16 on an H200).
+inline constexpr int64_t kEnoughBlocks = 512;
+inline constexpr int64_t kTargetBlocks = 1024;
+inline constexpr int64_t kMinChunkRows = 512;
+
+// Strides in elements, along {outer, reduce, inner}.
+using Strides = std::array<int64_t, 3>;
+
+struct Problem {
+  int64_t outer = 1;
+  int64_t reduce = 1;
+  int64_t inner = 1;
+  Strides input_strides{};
+  Strides weight_strides{};
+  int64_t vector = 1;  // elements of the operands' dtype in one 16-byte load
+  bool input_aligned = false;  // data pointers on a 16-byte boundary
+  bool weight_aligned = false;
+};
+
+enum class Layout { Rows, Tiles };
+
+// out[row] = sum of the row; segment s = row * splits + split, one warp each.
+struct RowsPlan {
+  int64_t rows = 1;
+  int64_t length = 1;
+  int64_t input_row_stride = 0;
+  int64_t weight_row_stride = 0;
+  int64_t splits = 1;
+  int64_t segment = 0;  // elements per split, a multiple of kSegmentGranule
+};
+
+// out[o, i] = sum over r of [outer, reduce, inner]; tile t = (o * chunks + chunk) * column_tiles
+// + column tile, one block each. A thread sums a column group (`vector` consecutive elements of
+// inner) over every row_threads-th row of its chunk; the row threads' sums are then added in a
+// fixed tree. Partials are [outer, chunks, inner].
+struct TilesPlan {
+  int64_t outer = 1;
+  int64_t reduce = 1;
+  int64_t inner = 1;
+  Strides input_strides{};
+  Strides weight_strides{};
+  int64_t vector = 1;
+  int64_t columns = 1;  // column groups: ceil(inner / vector)
+  int col_threads = 1;  // col_threads * row_threads == kThreads
+  int row_threads = kThreads;
+  int64_t column_tiles = 1;
+  int64_t chunks = 1;
+  int64_t rows_per_chunk = 1;
+  // An inner == 1 problem run as [1, reduce, outer] (threads along outer): short rows, or
+  // rows whose outer stride is the smaller one (a transposed input).
+  bool transposed = false;
+
+  int64_t tiles() const { return outer * chunks * column_tiles; }
+};
+
+struct Plan {
+  Layout layout = Layout::Tiles;
+  bool vectorized = false;  // 16-byte loads; changes how loads happen, not what is added when
+  bool weight_fixed = false;  // the weight is constant along reduce: read once per output
+  RowsPlan rows;
+  TilesPlan tiles;
+  TilesPlan second;  // stage 2 over the partials, when chunks() > 1
+
+  int64_t chunks() const { return layout == Layout::Rows ? rows.splits : tiles.chunks; }
+};
+
+namespace plan_detail {
+
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// The smallest power of two >= n, at most `cap` (a power of two).
+inline int pow2_at_least(int64_t n, int cap) {
+  int p = 1;
+  while (p < cap && p < n) {
+    p *= 2;
+  }
+  return p;
+}
+
+// How many pieces to cut each of `outputs` reductions of `length` into: enough for each thread's
+// serial sum (min_pieces); more when the outputs alone do not fill the GPU, but never pieces
+// shorter than min_piece.
+inline int64_t pieces(
+    int64_t outputs, int64_t length, int64_t min_pieces, int64_t enough, int64_t target, int64_t min_piece) {
+  if (outputs * min_pieces >= enough) {
+    return min_pieces;
+  }
+  const int64_t fill = ceil_div(target, outputs);
+  return std::max(min_pieces, std::min(fill, std::max<int64_t>(1, length / min_piece)));
+}
+
+inline bool multiple(int64_t stride, int64_t vector) {
+  return stride % vector == 0;
+}
+
+}  // namespace plan_detail
+
+// The Tiles geometry of [outer, reduce, inner]; `split`: whether reduce may be cut into chunks
+// (stage 1), or summed whole (stage 2).
+inline TilesPlan plan_tiles(
+    int64_t outer,
+    int64_t reduce,
+    int64_t inner,
+    Strides input_strides,
+    Strides weight_strides,
+    int64_t vector,
+    bool split) {
+  using namespace plan_detail;
+  TilesPlan t;
+  if (inner == 1 && outer > 1 && (reduce < kWarp * vector || input_strides[0] < input_strides[1])) {
+    t.transposed = true;
+    std::swap(outer, inner);
+    std::swap(input_strides[0], input_strides[2]);
+    std::swap(weight_strides[0], weight_strides[2]);
+  }
+  t.outer = outer;
+  t.reduce = reduce;
+  t.inner = inner;
+  t.input_strides = input_strides;
+  t.weight_strides = weight_strides;
+  t.vector = vector;
+  t.columns = ceil_div(inner, vector);
+  // Up to a warp along inner (512 contiguous bytes per load instruction); the rest along reduce,
+  // but no more row threads than rows.
+  t.row_threads = std::min(kThreads / pow2_at_least(t.columns, kWarp), pow2_at_least(reduce, kThreads));
+  t.col_threads = kThreads / t.row_threads;
+  t.column_tiles = ceil_div(t.columns, t.col_threads);
+  if (split) {
+    const int64_t min_chunks = ceil_div(reduce, t.row_threads * kMaxSerial);
+    t.chunks = pieces(outer * t.column_tiles, reduce, min_chunks, kEnoughBlocks, kTargetBlocks, kMinChunkRows);
+  }
+  t.rows_per_chunk = ceil_div(reduce, t.chunks);
+  t.chunks = ceil_div(reduce, t.rows_per_chunk);  // no empty chunk
+  return t;
+}
+
+inline Plan plan_reduction(Problem p) {
+  using namespace plan_detail;
+  // A dim of size 1 is never stepped along: its stride must not spoil the layout or alignment tests.
+  const std::array<int64_t, 3> sizes{p.outer, p.reduce, p.inner};
+  for (int d = 0; d < 3; ++d) {
+    if (sizes[d] == 1) {
+      p.input_strides[d] = 0;
+      p.weight_strides[d] = 0;
+    }
+  }
+  Plan plan;
+  plan.weight_fixed = p.weight_strides[1] == 0;
+  const auto& xs = p.input_strides;
+  const auto& ws = p.weight_strides;
+  const int64_t v = p.vector;
+
+  if (p.inner == 1 && xs[1] == 1 && (plan.weight_fixed || ws[1] == 1) && p.reduce >= kWarp * v) {
+    plan.layout = Layout::Rows;
+    auto& r = plan.rows;
+    r = {p.outer, p.reduce, xs[0], ws[0]};
+    const int64_t min_splits = ceil_div(r.length, kWarp * kMaxSerial);
+    const int64_t splits = pieces(r.rows, r.length, min_splits, kEnoughWarps, kTargetWarps, kMinSegment);
+    r.segment = ceil_div(ceil_div(r.length, splits), kSegmentGranule) * kSegmentGranule;
+    r.splits = ceil_div(r.length, r.segment);
+    // Segments start at multiples of kSegmentGranule elements of their row; a fixed weight is
+    // read one element per row.
+    plan.vectorized =
+        p.input_aligned && multiple(xs[0], v) && (plan.weight_fixed || (p.weight_aligned && multiple(ws[0], v)));
+    if (r.splits > 1) {
+      plan.second = plan_tiles(r.rows, r.splits, 1, {r.splits, 1, 0}, {}, 1, false);
+    }
+    return plan;
+  }
+
+  plan.layout = Layout::Tiles;
+  auto& t = plan.tiles;
+  t = plan_tiles(p.outer, p.reduce, p.inner, xs, ws, v, true);
+  auto vector_loads = [&](const Strides& s, bool aligned) {
+    return aligned && s[2] == 1 && multiple(s[1], v) && multiple(s[0], v);
+  };
+  // A fixed weight is read element by element, once per column group and tile.
+  plan.vectorized = t.inner % v == 0 && vector_loads(t.input_strides, p.input_aligned) &&
+      (plan.weight_fixed || vector_loads(t.weight_strides, p.weight_aligned));
+  if (t.chunks > 1) {
+    plan.second = plan_tiles(t.outer, t.chunks, t.inner, {t.chunks * t.inner, t.inner, 1}, {}, 1, false);
+  }
+  return plan;
+}
+
+}  // namespace custom::cuda::square_sum

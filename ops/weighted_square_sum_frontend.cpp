@@ -1,0 +1,270 @@
+#include "weighted_square_sum_frontend.h"
+
+#include <algorithm>
+#include <vector>
+
+#include <ATen/Functions.h>
+#include <c10/util/irange.h>
+
+#include "floating_types.h"
+#include "operand_checks.h"
+
+namespace custom::detail {
+
+namespace {
+
+constexpr const char* kOp = "custom::weighted_square_sum";
+
+// Which dims of a rank-`ndim` shape are reduced: every one for None or [] (torch.sum's rule),
+// else the listed ones, wrapped like torch.sum's (a 0-dim shape takes 0 and -1).
+std::vector<bool> reduced_dims(at::OptionalIntArrayRef dim, int64_t ndim) {
+  std::vector<bool> reduced(static_cast<size_t>(ndim), !dim.has_value() || dim->empty());
+  if (!dim.has_value()) {
+    return reduced;
+  }
+  const int64_t range = std::max<int64_t>(ndim, 1);
+  std::vector<bool> seen(static_cast<size_t>(range), false);
+  for (const auto d : *dim) {
+    TORCH_CHECK_INDEX(
+        d >= -range && d < range, kOp, ": dim ", d, " is out of range for the broadcast shape of input and weight, of ",
+        ndim, " dimensions (expected a dim in [", -range, ", ", range - 1, "])");
+    const auto wrapped = static_cast<size_t>(d < 0 ? d + range : d);
+    TORCH_CHECK(!seen[wrapped], kOp, ": dim ", d, " appears more than once in dim ", *dim);
+    seen[wrapped] = true;
+    if (ndim > 0) {
+      reduced[wrapped] = true;
+    }
+  }
+  return reduced;
+}
+
+at::ScalarType checked_result_dtype(
+    const at::Tensor& input, const at::Tensor& weight, std::optional<at::ScalarType> dtype) {
+  const auto promoted = check_forward_inputs(input, weight, kOp);
+  if (!dtype.has_value()) {
+    return promoted;
+  }
+  TORCH_CHECK(
+      is_supported_floating_type(*dtype), kOp, ": dtype must be float16, bfloat16, float32 or float64, got ", *dtype);
+  return *dtype;
+}
+
+// One dim of the broadcast problem, with the operands' strides along it.
+struct Axis {
+  int64_t size;
+  int64_t input_stride;
+  int64_t weight_stride;
+  bool reduced;
+};
+
+// Whether axes [begin, end) are one run in memory for both operands (a view can merge them).
+bool mergeable(const std::vector<Axis>& axes, size_t begin, size_t end) {
+  for (size_t a = begin; a + 1 < end; ++a) {
+    const auto& outer = axes[a];
+    const auto& inner = axes[a + 1];
+    if (outer.input_stride != inner.input_stride * inner.size ||
+        outer.weight_stride != inner.weight_stride * inner.size) {
+      return false;
+    }
+  }
+  return true;
+}
+
+struct Merged {
+  int64_t size = 1;
+  int64_t input_stride = 0;
+  int64_t weight_stride = 0;
+};
+
+Merged merge(const std::vector<Axis>& axes, size_t begin, size_t end) {
+  Merged merged;
+  if (begin < end) {
+    merged.input_stride = axes[end - 1].input_stride;
+    merged.weight_stride = axes[end - 1].weight_stride;
+  }
+  for (size_t a = begin; a < end; ++a) {
+    merged.size *= axes[a].size;
+  }
+  return merged;
+}
+
+std::vector<Axis> axes_of(const at::Tensor& x, const at::Tensor& w, const std::vector<bool>& reduced) {
+  std::vector<Axis> axes;
+  for (const auto d : c10::irange(x.dim())) {
+    if (x.size(d) != 1) {  // size-1 dims take no part
+      axes.push_back({x.size(d), x.stride(d), w.stride(d), reduced[d]});
+    }
+  }
+  return axes;
+}
+
+// The run of axes the device loop reduces: the last reduced axes that are one run in memory for
+// both operands. Empty when every reduced dim has size 1.
+struct Run {
+  size_t begin;
+  size_t end;
+};
+
+Run last_reduced_run(const std::vector<Axis>& axes) {
+  size_t end = axes.size();
+  while (end > 0 && !axes[end - 1].reduced) {
+    --end;
+  }
+  size_t begin = end;
+  while (begin > 0 && axes[begin - 1].reduced && mergeable(axes, begin - 1, end)) {
+    --begin;
+  }
+  return {begin, end};
+}
+
+// Sums `partial` over its dims `leftover` pairwise in a fixed order, with elementwise adds only:
+// the bits do not depend on the thread count (at::sum's on CPU do) and the error grows with the
+// log of the count, as in the device loops. Returns the kept elements in their order, flat.
+at::Tensor sum_leftover(const at::Tensor& partial, const std::vector<int64_t>& leftover) {
+  std::vector<int64_t> order(leftover);
+  for (const auto d : c10::irange(partial.dim())) {
+    if (std::find(leftover.begin(), leftover.end(), d) == leftover.end()) {
+      order.push_back(d);
+    }
+  }
+  int64_t count = 1;
+  for (const auto d : leftover) {
+    count *= partial.size(d);
+  }
+  auto rows = partial.permute(order).reshape({count, -1});
+  while (rows.size(0) > 1) {
+    const auto half = rows.size(0) / 2;
+    auto sum = at::add(rows.narrow(0, 0, half), rows.narrow(0, half, half));
+    if (rows.size(0) % 2 == 1) {
+      sum.narrow(0, 0, 1).add_(rows.narrow(0, 2 * half, 1));
+    }
+    rows = std::move(sum);
+  }
+  return rows;
+}
+
+// The broadcast problem as a device loop's [outer, reduce, inner] views, without copying either
+// operand: the loop reduces the last reduced run; the kept axes after it form `inner`; the axes
+// before it form `outer` (its longest mergeable tail; the axes before that tail are batch axes,
+// one loop call per index: none in the common layouts). Reduced axes outside the run are summed
+// afterwards, from the loop's float32/float64 results.
+void reduce_into(
+    const WeightedSquareSumLoops& loops,
+    const at::Tensor& x,
+    const at::Tensor& w,
+    const std::vector<Axis>& axes,
+    Run run,
+    const at::Tensor& out) {
+  const auto acc_dtype = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  size_t tail_begin = run.begin;
+  while (tail_begin > 0 && mergeable(axes, tail_begin - 1, run.begin)) {
+    --tail_begin;
+  }
+  const auto outer = merge(axes, tail_begin, run.begin);
+  const auto reduce = merge(axes, run.begin, run.end);
+  const auto inner = merge(axes, run.end, axes.size());
+
+  // The loop's results over the axes outside the run, in their order: [batch..., outer, inner].
+  std::vector<int64_t> partial_sizes;
+  std::vector<int64_t> leftover_reduced;
+  for (size_t a = 0; a < axes.size(); ++a) {
+    if (a >= run.begin && a < run.end) {
+      continue;
+    }
+    if (axes[a].reduced) {
+      leftover_reduced.push_back(static_cast<int64_t>(partial_sizes.size()));
+    }
+    partial_sizes.push_back(axes[a].size);
+  }
+  const bool direct = leftover_reduced.empty() && out.scalar_type() == acc_dtype;  // out is contiguous
+  const auto partial = direct ? out : at::empty(partial_sizes, out.options().dtype(acc_dtype));
+
+  int64_t batches = 1;
+  for (size_t a = 0; a < tail_begin; ++a) {
+    batches *= axes[a].size;
+  }
+  const auto partial_slices = partial.view({batches, outer.size, inner.size});
+  for (const auto b : c10::irange(batches)) {
+    int64_t x_offset = x.storage_offset();
+    int64_t w_offset = w.storage_offset();
+    int64_t rest = b;
+    for (size_t a = tail_begin; a-- > 0;) {
+      const auto index = rest % axes[a].size;
+      rest /= axes[a].size;
+      x_offset += index * axes[a].input_stride;
+      w_offset += index * axes[a].weight_stride;
+    }
+    loops.reduce({
+        .out = partial_slices[b],
+        .input = x.as_strided(
+            {outer.size, reduce.size, inner.size}, {outer.input_stride, reduce.input_stride, inner.input_stride},
+            x_offset),
+        .weight = w.as_strided(
+            {outer.size, reduce.size, inner.size}, {outer.weight_stride, reduce.weight_stride, inner.weight_stride},
+            w_offset),
+    });
+  }
+  if (!direct) {
+    out.copy_(sum_leftover(partial, leftover_reduced).view(out.sizes()));
+  }
+}
+
+}  // namespace
+
+at::Tensor weighted_square_sum_impl(
+    const WeightedSquareSumLoops& loops,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    at::OptionalIntArrayRef dim,
+    bool keepdim,
+    std::optional<at::ScalarType> dtype) {
+  const auto result = checked_result_dtype(input, weight, dtype);
+  const auto shape = broadcast_shape(input, "input", weight, "weight", kOp);
+  const auto ndim = static_cast<int64_t>(shape.size());
+  const auto reduced = reduced_dims(dim, ndim);
+  c10::SymDimVector out_shape;
+  for (const auto d : c10::irange(ndim)) {
+    if (!reduced[d]) {
+      out_shape.push_back(shape[d]);
+    } else if (keepdim) {
+      out_shape.push_back(1);
+    }
+  }
+  auto out = at::empty_symint(out_shape, input.options().dtype(result));
+  if (loops.reduce == nullptr || out.numel() == 0) {
+    return out;
+  }
+
+  // Concrete shapes from here on (Meta stopped above).
+  const auto sizes = C10_AS_INTARRAYREF_SLOW(shape);
+  // The operands in one dtype: the promoted one, or float64 when that is the result's.
+  auto operand_dtype = result_dtype(input, weight);
+  if (result == at::kDouble) {
+    operand_dtype = at::kDouble;
+  }
+  auto x = input.to(operand_dtype).expand(sizes);
+  auto w = weight.to(operand_dtype).expand(sizes);
+  if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) {
+    out.zero_();  // an empty reduction (an empty kept dim made out empty above)
+    return out;
+  }
+  auto axes = axes_of(x, w, reduced);
+  auto run = last_reduced_run(axes);
+  if (run.begin == run.end || !mergeable(axes, run.end, axes.size())) {
+    // Nothing to sum over (every reduced dim has size 1), or kept axes after the run that no view
+    // merges: contiguous copies, whose axes all merge.
+    x = x.contiguous();
+    w = w.contiguous();
+    axes = axes_of(x, w, reduced);
+    run = last_reduced_run(axes);
+  }
+  if (run.begin == run.end) {
+    // A one-term "sum" per output: a trailing run of size 1.
+    axes.push_back({1, 1, 1, true});
+    run = {axes.size() - 1, axes.size()};
+  }
+  reduce_into(loops, x, w, axes, run, out);
+  return out;
+}
+
+}  // namespace custom::detail

@@ -1,0 +1,45 @@
+// The device-independent half of every weighted_square_sum kernel: checks, the result's shape and
+// dtype, and the canonical [outer, reduce, inner] view the device loops reduce. A device supplies
+// only its reduction loop; the Meta kernel supplies none and so gets the same shapes, dtypes and
+// errors as the real kernels, with SymInt shapes.
+#pragma once
+
+#include <optional>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/OptionalArrayRef.h>
+
+namespace custom::detail {
+
+// What a device loop computes: out[o, i] = sum over r of weight[o, r, i] * input[o, r, i]**2.
+struct WeightedSquareSumReduction {
+  // [outer, inner], contiguous, of the accumulation dtype of the operands
+  // (math::weighted_square_sum_acc_t: float32 for float16/bfloat16/float32, float64 for float64).
+  at::Tensor out;
+  // [outer, reduce, inner] views of one dtype, with any strides (0 where broadcast). reduce >= 1
+  // and outer * inner >= 1: the frontend handles empty results and empty reductions.
+  at::Tensor input;
+  at::Tensor weight;
+};
+
+using ReductionLoop = void (*)(const WeightedSquareSumReduction& args);
+
+struct WeightedSquareSumLoops {
+  // Writes every element of args.out. Sums in the accumulation dtype, in an order fixed by the
+  // shape alone (the same bits on every run and thread count), with the error of a pairwise sum.
+  ReductionLoop reduce = nullptr;
+};
+
+// Shapes and dtypes only: what the Meta kernel passes.
+inline constexpr WeightedSquareSumLoops kNoReductionLoops{};
+
+at::Tensor weighted_square_sum_impl(
+    const WeightedSquareSumLoops& loops,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    at::OptionalIntArrayRef dim,
+    bool keepdim,
+    std::optional<at::ScalarType> dtype);
+
+}  // namespace custom::detail

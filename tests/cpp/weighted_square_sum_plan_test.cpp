@@ -1,0 +1,164 @@
+// How the CUDA reduction of weighted_square_sum splits its work (kernels/cuda/weighted_square_sum_plan.h,
+// host code, checked without a GPU): each layout gets its kernel, the chunks cover the reduced dim
+// exactly, no thread adds more than kMaxSerial terms in series, and the order of the additions
+// (everything but `vectorized`) does not depend on the operands' alignment: the same bits
+// whichever allocation the operands got. The values themselves are checked on a GPU by
+// tests/python/test_weighted_square_sum_values.py.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/weighted_square_sum_plan.h"
+
+namespace {
+
+namespace sq = custom::cuda::square_sum;
+
+// A contiguous [outer, reduce, inner] problem; `weight_row`: a weight of shape [inner] broadcast
+// over outer and reduce, else a weight laid out like the input.
+sq::Problem contiguous(int64_t outer, int64_t reduce, int64_t inner, int64_t vector, bool weight_row = false) {
+  sq::Problem p;
+  p.outer = outer;
+  p.reduce = reduce;
+  p.inner = inner;
+  p.input_strides = {reduce * inner, inner, 1};
+  p.weight_strides = weight_row ? sq::Strides{0, 0, 1} : p.input_strides;
+  p.vector = vector;
+  p.input_aligned = true;
+  p.weight_aligned = true;
+  return p;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Chunks of `per_chunk` rows cover `reduce` rows, none of them empty.
+void expect_cover(int64_t reduce, int64_t chunks, int64_t per_chunk) {
+  EXPECT_GE(chunks * per_chunk, reduce);
+  EXPECT_LT((chunks - 1) * per_chunk, reduce);
+}
+
+void expect_tiles_sound(const sq::TilesPlan& t) {
+  EXPECT_EQ(t.col_threads * t.row_threads, sq::kThreads);
+  EXPECT_GE(t.column_tiles * t.col_threads, t.columns);
+  expect_cover(t.reduce, t.chunks, t.rows_per_chunk);
+}
+
+// What each thread adds, in which order: everything but how the loads happen.
+void expect_same_order(const sq::Plan& a, const sq::Plan& b) {
+  ASSERT_EQ(a.layout, b.layout);
+  EXPECT_EQ(a.chunks(), b.chunks());
+  if (a.layout == sq::Layout::Rows) {
+    EXPECT_EQ(a.rows.splits, b.rows.splits);
+    EXPECT_EQ(a.rows.segment, b.rows.segment);
+  } else {
+    EXPECT_EQ(a.tiles.transposed, b.tiles.transposed);
+    EXPECT_EQ(a.tiles.row_threads, b.tiles.row_threads);
+    EXPECT_EQ(a.tiles.rows_per_chunk, b.tiles.rows_per_chunk);
+    EXPECT_EQ(a.tiles.column_tiles, b.tiles.column_tiles);
+  }
+}
+
+TEST(WeightedSquareSumPlan, FullAndLastDimReductionsAreRowsCutIntoAlignedSegments) {
+  for (const int64_t vector : {2, 4, 8}) {  // float64, float32, float16/bfloat16
+    SCOPED_TRACE(vector);
+    // A full reduction of 2^26 elements: one row, cut into segments, then summed by stage 2.
+    const auto full = sq::plan_reduction(contiguous(1, int64_t{1} << 26, 1, vector));
+    ASSERT_EQ(full.layout, sq::Layout::Rows);
+    EXPECT_TRUE(full.vectorized);
+    EXPECT_GT(full.rows.splits, 1);
+    EXPECT_EQ(full.rows.segment % sq::kSegmentGranule, 0);
+    expect_cover(full.rows.length, full.rows.splits, full.rows.segment);
+    EXPECT_LE(ceil_div(full.rows.segment, sq::kWarp), sq::kMaxSerial);
+    EXPECT_EQ(full.second.reduce, full.rows.splits);
+    expect_tiles_sound(full.second);
+    EXPECT_EQ(full.second.chunks, 1);  // stage 2 sums each output whole
+    // Rows of 1024..16384: a warp per row once there are enough rows, split when there are few.
+    for (const int64_t length : {1024, 16384}) {
+      const auto many = sq::plan_reduction(contiguous((int64_t{1} << 26) / length, length, 1, vector));
+      ASSERT_EQ(many.layout, sq::Layout::Rows);
+      EXPECT_EQ(many.rows.splits, 1);
+      EXPECT_TRUE(many.vectorized);
+    }
+    const auto few = sq::plan_reduction(contiguous(4, 1 << 20, 1, vector));
+    ASSERT_EQ(few.layout, sq::Layout::Rows);
+    EXPECT_GT(few.rows.splits, 1);
+    EXPECT_EQ(few.second.outer * few.second.inner, 4);
+  }
+}
+
+TEST(WeightedSquareSumPlan, ColumnReductionsAreVectorizedTiles) {
+  // x [R, C] summed over dim 0: inner contiguous, loads along inner.
+  const auto columns = sq::plan_reduction(contiguous(1, 1 << 16, 1024, 4));
+  ASSERT_EQ(columns.layout, sq::Layout::Tiles);
+  EXPECT_TRUE(columns.vectorized);
+  EXPECT_FALSE(columns.tiles.transposed);
+  expect_tiles_sound(columns.tiles);
+  EXPECT_GT(columns.tiles.chunks, 1);  // 256 column groups alone do not fill the GPU
+  EXPECT_LE(ceil_div(columns.tiles.rows_per_chunk, columns.tiles.row_threads), sq::kMaxSerial);
+  expect_tiles_sound(columns.second);
+  EXPECT_EQ(columns.second.reduce, columns.tiles.chunks);
+
+  // w of shape [C] over x [R, C]: constant along reduce, so read once per output.
+  const auto broadcast = sq::plan_reduction(contiguous(1, 1 << 16, 1024, 4, /*weight_row=*/true));
+  EXPECT_TRUE(broadcast.weight_fixed);
+  EXPECT_TRUE(broadcast.vectorized);
+  EXPECT_FALSE(columns.weight_fixed);
+}
+
+TEST(WeightedSquareSumPlan, ShortOrTransposedRowsRunAcrossOuter) {
+  // Rows shorter than a warp's vector loads.
+  const auto short_rows = sq::plan_reduction(contiguous(1 << 20, 16, 1, 4));
+  ASSERT_EQ(short_rows.layout, sq::Layout::Tiles);
+  EXPECT_TRUE(short_rows.tiles.transposed);
+  EXPECT_EQ(short_rows.tiles.inner, 1 << 20);
+  expect_tiles_sound(short_rows.tiles);
+  // x.t() of a contiguous [16, 2^17] summed over its last dim: the reduced dim is the strided one.
+  sq::Problem transposed = contiguous(1 << 17, 16, 1, 4);
+  transposed.input_strides = {1, 1 << 17, 0};
+  transposed.weight_strides = transposed.input_strides;
+  const auto plan = sq::plan_reduction(transposed);
+  ASSERT_EQ(plan.layout, sq::Layout::Tiles);
+  EXPECT_TRUE(plan.tiles.transposed);
+  EXPECT_EQ(plan.tiles.input_strides[2], 1);  // threads walk the contiguous dim
+  expect_tiles_sound(plan.tiles);
+}
+
+TEST(WeightedSquareSumPlan, AlignmentChangesHowLoadsHappenNotTheOrderOfAdditions) {
+  const sq::Problem problems[] = {
+      contiguous(1, (int64_t{1} << 24) + 3, 1, 8),
+      contiguous(1000, 4097, 1, 4),
+      contiguous(1, 5000, 1027, 2),
+      contiguous(3, 70000, 8, 8, /*weight_row=*/true),
+  };
+  for (const auto& problem : problems) {
+    SCOPED_TRACE(::testing::Message() << problem.outer << " x " << problem.reduce << " x " << problem.inner);
+    const auto aligned = sq::plan_reduction(problem);
+    for (const auto [input_aligned, weight_aligned] : {std::pair{false, true}, {true, false}, {false, false}}) {
+      auto moved = problem;
+      moved.input_aligned = input_aligned;
+      moved.weight_aligned = weight_aligned;
+      const auto plan = sq::plan_reduction(moved);
+      expect_same_order(aligned, plan);
+      if (!input_aligned) {
+        EXPECT_FALSE(plan.vectorized);
+      }
+    }
+  }
+}
+
+TEST(WeightedSquareSumPlan, SizeOneDimsDoNotSpoilTheLayout) {
+  // A size-1 dim's stride is never stepped along: any value gives the same plan.
+  auto problem = contiguous(1, 1 << 20, 1, 4);
+  const auto plain = sq::plan_reduction(problem);
+  problem.input_strides[0] = 7;
+  problem.input_strides[2] = 3;
+  problem.weight_strides[0] = 5;
+  const auto odd = sq::plan_reduction(problem);
+  ASSERT_EQ(odd.layout, sq::Layout::Rows);
+  EXPECT_EQ(odd.vectorized, plain.vectorized);
+  expect_same_order(plain, odd);
+}
+
+}  // namespace

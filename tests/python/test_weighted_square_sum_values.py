@@ -1,0 +1,384 @@
+"""custom::weighted_square_sum values against the exact (float64) sum of weight * input**2.
+
+Every dtype pair and the dtype= argument, weights broadcast every usual way, strided, transposed,
+sliced and channels_last operands, every set of dims of 3-D and 4-D shapes with and without
+keepdim, empty reductions and 0-dim operands; the float32 accuracy promised for 2**26 terms; the
+same bits run to run and for every CPU thread count.
+"""
+
+import itertools
+
+import pytest
+import torch
+
+from reference import DTYPE_PAIRS, FLOAT_DTYPES, LOW_PRECISION, assert_storage_unchanged, dtype_name, storage_snapshot
+from square_sum_reference import assert_matches_exact, composite, exact, make, op
+
+pair_ids = [f"{dtype_name(a)}-{dtype_name(b)}" for a, b in DTYPE_PAIRS]
+
+
+def all_dim_lists(ndim):
+    """Every non-empty set of dims of a rank-`ndim` shape, each spelled with non-negative dims,
+    and the same set spelled with negative dims in reverse order."""
+    for r in range(1, ndim + 1):
+        for dims in itertools.combinations(range(ndim), r):
+            yield list(dims)
+            yield [d - ndim for d in reversed(dims)]
+
+
+DIM_CASES_3D = [None, [], *all_dim_lists(3)]
+DIM_CASES_4D = [None, [], *all_dim_lists(4)]
+
+
+# ------------------------------------------------------------------------------ dtypes
+
+
+# (input shape, weight shape) of the broadcast weights: name -> shapes
+WEIGHTS = {
+    "same_shape": ((4, 5, 6), (4, 5, 6)),
+    "scalar": ((4, 5, 6), ()),
+    "row": ((4, 5, 6), (6,)),
+    "column": ((4, 5, 6), (5, 1)),
+    "per_channel_nchw": ((2, 3, 5, 6), (3, 1, 1)),
+    "both_broadcast": ((4, 1, 6), (5, 1)),
+    "weight_wider": ((6,), (3, 4, 6)),
+}
+
+
+@pytest.mark.parametrize("dim", [None, [1], [0, -1]], ids=str)
+@pytest.mark.parametrize("weight", list(WEIGHTS))
+@pytest.mark.parametrize("input_dtype,weight_dtype", DTYPE_PAIRS, ids=pair_ids)
+def test_every_dtype_pair_matches_exact_sum(device, input_dtype, weight_dtype, weight, dim):
+    x_shape, w_shape = WEIGHTS[weight]
+    x, w = make(x_shape, input_dtype, device), make(w_shape, weight_dtype, device)
+    for keepdim in (False, True):
+        out = op(x, w, dim, keepdim)
+        assert out.dtype == torch.result_type(x, w)
+        assert_matches_exact(out, x, w, dim, keepdim)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("input_dtype,weight_dtype", DTYPE_PAIRS, ids=pair_ids)
+def test_dtype_argument_sets_the_result_dtype(device, input_dtype, weight_dtype, dtype):
+    x, w = make((3, 40, 7), input_dtype, device), make((40, 1), weight_dtype, device)
+    for dim, keepdim in [(None, False), ([1], False), ([0, 2], True)]:
+        out = op(x, w, dim, keepdim, dtype=dtype)
+        assert out.dtype == dtype
+        assert_matches_exact(out, x, w, dim, keepdim, dtype)
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION, ids=dtype_name)
+def test_half_and_bfloat16_accumulate_in_float32(device, dtype):
+    # 4096 terms of about 1: a float16 running sum stops growing at 2048 (its spacing there is 2),
+    # a bfloat16 one at 256. Accumulated in float32 and rounded once, the sum is within one
+    # rounding of the exact one.
+    x = torch.empty(3, 4096, device=device).uniform_(0.9, 1.1).to(dtype)
+    w = torch.empty(4096, device=device).uniform_(0.9, 1.1).to(dtype)
+    out = op(x, w, [1])
+    assert_matches_exact(out, x, w, [1])
+    expected, _ = exact(x, w, [1])
+    rounded_once = expected.to(dtype)
+    # Within one ulp of the correctly rounded sum (float32 accumulation may cross a rounding boundary).
+    ulp = torch.finfo(dtype).eps * rounded_once.double().abs()
+    assert ((out.double() - rounded_once.double()).abs() <= ulp).all()
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION, ids=dtype_name)
+def test_half_and_bfloat16_terms_are_not_rounded_before_the_sum(device, dtype):
+    # x = 1 + k eps: x**2 = 1 + 2k eps + (k eps)**2, where (k eps)**2 is about 0.4 eps, lost when each
+    # term is rounded to the low-precision dtype. Six such losses push the sum across a rounding
+    # boundary of the result: only terms kept in float32 round to the correctly rounded sum.
+    eps = torch.finfo(dtype).eps
+    k = round((0.4 / eps) ** 0.5)
+    x = torch.full((6,), 1 + k * eps, dtype=dtype, device=device)
+    w = torch.ones((6,), dtype=dtype, device=device)
+    expected, _ = exact(x, w)
+    per_term = (w.float() * x.float().square()).to(dtype).double().sum()
+    assert per_term.to(dtype) != expected.to(dtype), "the data does not tell one rounding from per-term ones"
+    out = op(x, w)
+    assert out.dtype == dtype
+    assert out.item() == expected.to(dtype).item()
+
+
+# ------------------------------------------------------------------------- dims, keepdim
+
+
+@pytest.mark.parametrize("keepdim", [False, True], ids=["drop", "keepdim"])
+@pytest.mark.parametrize("dim", DIM_CASES_4D, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=dtype_name)
+def test_every_dim_set_of_4d_shape(device, dtype, dim, keepdim):
+    x, w = make((3, 4, 5, 6), dtype, device), make((4, 1, 6), dtype, device)
+    assert_matches_exact(op(x, w, dim, keepdim), x, w, dim, keepdim)
+
+
+@pytest.mark.parametrize("keepdim", [False, True], ids=["drop", "keepdim"])
+@pytest.mark.parametrize("dim", DIM_CASES_3D, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=dtype_name)
+def test_every_dim_set_of_3d_shape(device, dtype, dim, keepdim):
+    x, w = make((7, 33, 9), dtype, device), make((7, 1, 9), dtype, device)
+    assert_matches_exact(op(x, w, dim, keepdim), x, w, dim, keepdim)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1, -2], ids=str)
+def test_dim_as_an_int(device, dim):
+    x, w = make((5, 6), torch.float32, device), make((6,), torch.float32, device)
+    out = op(x, w, dim)
+    assert torch.equal(out, op(x, w, [dim]))
+    assert_matches_exact(out, x, w, [dim])
+
+
+def test_no_dim_and_empty_dim_list_reduce_every_dim(device):
+    x, w = make((3, 4, 5), torch.float64, device), make((5,), torch.float64, device)
+    total = op(x, w)
+    assert total.shape == ()
+    assert torch.equal(op(x, w, []), total)
+    assert torch.equal(op(x, w, [0, 1, 2]), total)
+    assert op(x, w, None, True).shape == (1, 1, 1)
+    assert op(x, w, [], True).shape == (1, 1, 1)
+    assert_matches_exact(total, x, w)
+
+
+def test_keyword_arguments(device):
+    x, w = make((3, 4, 5), torch.float32, device), make((5,), torch.float32, device)
+    out = torch.ops.custom.weighted_square_sum(x, w, dim=[1], keepdim=True, dtype=torch.float64)
+    assert out.shape == (3, 1, 5) and out.dtype == torch.float64
+    assert_matches_exact(out, x, w, [1], True, torch.float64)
+
+
+# ------------------------------------------------------------------------------ layouts
+
+
+# name -> (input shape, input kind, weight shape, weight kind)
+LAYOUTS = {
+    "transposed": ((6, 7, 8), "transposed", (6, 7, 8), "contiguous"),
+    "transposed_both": ((6, 7, 8), "transposed", (6, 7, 8), "transposed"),
+    "permuted": ((5, 6, 7, 8), "permuted", (8,), "contiguous"),
+    "step_sliced": ((6, 7, 8), "step", (7, 8), "step"),
+    "offset": ((6, 7, 8), "offset", (6, 7, 8), "offset"),
+    "expanded_input": ((6, 7, 8), "expanded", (8,), "contiguous"),
+    "channels_last": ((2, 3, 5, 6), "channels_last", (3, 1, 1), "contiguous"),
+    "channels_last_both": ((2, 3, 5, 6), "channels_last", (2, 3, 5, 6), "channels_last"),
+    "transposed_weight": ((4, 6, 7), "contiguous", (6, 7), "transposed"),
+}
+LAYOUT_DIMS = [None, [0], [1], [-1], [0, 2], [1, 2], [-1, 0]]
+
+
+@pytest.mark.parametrize("keepdim", [False, True], ids=["drop", "keepdim"])
+@pytest.mark.parametrize("dim", LAYOUT_DIMS, ids=str)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_name)
+def test_strided_operands_match_exact_sum(device, dtype, layout, dim, keepdim):
+    x_shape, x_kind, w_shape, w_kind = LAYOUTS[layout]
+    x, w = make(x_shape, dtype, device, x_kind), make(w_shape, dtype, device, w_kind)
+    out = op(x, w, dim, keepdim)
+    assert_matches_exact(out, x, w, dim, keepdim)
+    # The layout must not change the value beyond rounding: the same data, contiguous.
+    assert_matches_exact(op(x.contiguous(), w.contiguous(), dim, keepdim), x, w, dim, keepdim)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_inputs_not_modified(device, layout):
+    x_shape, x_kind, w_shape, w_kind = LAYOUTS[layout]
+    x, w = make(x_shape, torch.float16, device, x_kind), make(w_shape, torch.float32, device, w_kind)
+    snapshots = [(t, storage_snapshot(t), (t.shape, t.stride(), t.storage_offset())) for t in (x, w)]
+    out = op(x, w, [0, -1], dtype=torch.float64)
+    for t, data, meta in snapshots:
+        assert_storage_unchanged(t, data)
+        assert (t.shape, t.stride(), t.storage_offset()) == meta
+    assert out.untyped_storage().data_ptr() not in (x.untyped_storage().data_ptr(), w.untyped_storage().data_ptr())
+
+
+def test_large_reduction_over_non_innermost_dim(device):
+    # Over ATen's CPU grain size: several threads, vector tails (odd sizes).
+    x, w = make((1031, 67), torch.float32, device), make((1031, 1), torch.float32, device)
+    for dim in ([0], [1], None):
+        assert_matches_exact(op(x, w, dim), x, w, dim)
+        dim_t = None if dim is None else [1 - dim[0]]
+        assert_matches_exact(op(x.t(), w.t(), dim_t), x.t(), w.t(), dim_t)
+
+
+# ---------------------------------------------------------------------------- empty, 0-dim
+
+
+EMPTY_CASES = {
+    # (input shape, weight shape, dim, keepdim)
+    "reduce_empty_dim": ((0, 3), (3,), [0], False),
+    "reduce_empty_dim_keepdim": ((4, 0, 3), (1, 3), [1], True),
+    "reduce_all_of_empty": ((2, 0, 3), (3,), None, False),
+    "reduce_all_of_empty_keepdim": ((2, 0, 3), (3,), [], True),
+    "keep_empty_dim": ((0, 3), (3,), [1], False),
+    "empty_from_weight": ((4, 3), (0, 1, 3), [0, 2], False),
+    "empty_from_weight_reduce_it": ((4, 3), (0, 1, 3), [0], False),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("case", list(EMPTY_CASES))
+def test_empty_inputs_give_zero_sums_of_the_right_shape(device, case, dtype):
+    x_shape, w_shape, dim, keepdim = EMPTY_CASES[case]
+    x, w = make(x_shape, dtype, device), make(w_shape, dtype, device)
+    out = op(x, w, dim, keepdim)
+    expected = composite(x, w, dim, keepdim)
+    assert (out.dtype, out.shape) == (expected.dtype, expected.shape)
+    assert torch.equal(out, torch.zeros_like(expected))
+    assert not out.signbit().any(), "an empty sum is +0"
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
+def test_empty_reduction_is_zero_even_where_it_overwrites_garbage(device, dtype):
+    # Memory the caching allocator hands out again holds old values: the result must be written.
+    for _ in range(3):
+        torch.full((1024,), float("nan"), dtype=dtype, device=device)
+        out = op(make((0, 256), dtype, device), make((256,), dtype, device), [0])
+        assert out.shape == (256,) and torch.equal(out, torch.zeros_like(out))
+
+
+ZERO_DIM_CASES = {
+    # (input shape, weight shape, dim)
+    "both_0dim_no_dim": ((), (), None),
+    "both_0dim_dim0": ((), (), [0]),
+    "both_0dim_dim_minus1": ((), (), -1),
+    "both_0dim_empty_list": ((), (), []),
+    "0dim_input": ((), (3, 4), [1]),
+    "0dim_weight": ((3, 4), (), [0]),
+    "0dim_weight_all": ((3, 4), (), None),
+}
+
+
+@pytest.mark.parametrize("keepdim", [False, True], ids=["drop", "keepdim"])
+@pytest.mark.parametrize("case", list(ZERO_DIM_CASES))
+@pytest.mark.parametrize("input_dtype,weight_dtype", DTYPE_PAIRS[::3], ids=pair_ids[::3])
+def test_zero_dim_operands(device, input_dtype, weight_dtype, case, keepdim):
+    x_shape, w_shape, dim = ZERO_DIM_CASES[case]
+    x, w = make(x_shape, input_dtype, device), make(w_shape, weight_dtype, device)
+    assert_matches_exact(op(x, w, dim, keepdim), x, w, dim, keepdim)
+
+
+def test_zero_dim_float64_weight_does_not_promote_a_float32_input(device):
+    x = make((5, 7), torch.float32, device)
+    w = torch.tensor(1 / 3, dtype=torch.float64, device=device)
+    out = op(x, w, [1])
+    assert out.dtype == torch.float32
+    assert_matches_exact(out, x, w, [1])
+
+
+# ---------------------------------------------------------------------------- accuracy
+
+
+N_ACCURACY = 1 << 26  # the contract's bound: relative error <= 1e-5 over 2**26 float32 terms
+TILE = 1 << 20
+
+
+def uniform(*shape, device, low=0.5, high=1.5):
+    return torch.empty(shape, device=device).uniform_(low, high)
+
+
+def tiled_exact(x_tile, w_tile, copies):
+    """(exact sum, sum of |terms|) of `copies` repetitions of the float32 terms w_tile * x_tile**2."""
+    terms = w_tile.double() * x_tile.double().square()
+    return copies * float(terms.sum()), copies * float(terms.abs().sum())
+
+
+def assert_relative_error(out, total, scale, bound=1e-5):
+    error = abs(float(out) - total)
+    assert error <= bound * scale, f"ours {float(out)!r}, exact {total!r}: error {error / scale:.3g} of the scale"
+
+
+# The data: 2**20 fresh random values repeated 64 times (drawing 2**26 is slower than the sum on a
+# CPU); the exact sum is then 64 times the float64 sum of a tile. A float32 running sum of 2**26
+# terms near 1 stops growing at 2**24, tens of percent short; a pairwise or blocked sum stays
+# near 1e-7; a sum that drops or repeats a block is off by 1/64 or more.
+
+
+@pytest.mark.parametrize("signs", ["positive", "mixed"])
+def test_float32_sum_of_2_to_26_terms_within_1e_5(device, signs):
+    x_tile, w_tile = uniform(TILE, device=device), uniform(TILE, device=device)
+    if signs == "mixed":
+        w_tile[::3].neg_()
+    copies = N_ACCURACY // TILE
+    out = op(x_tile.repeat(copies), w_tile.repeat(copies))
+    assert out.dtype == torch.float32 and out.shape == ()
+    total, scale = tiled_exact(x_tile, w_tile, copies)
+    assert_relative_error(out, total, abs(total) if signs == "positive" else scale)
+
+
+@pytest.mark.parametrize("layout", ["2d_rows", "2d_transposed", "4d_channels_last"])
+def test_float32_sum_of_2_to_26_terms_over_several_dims(device, layout):
+    if layout == "4d_channels_last":  # [4, 1024, 128, 128], a weight per channel
+        x_tile = uniform(1, 64, 128, 128, device=device)
+        w = uniform(1024, 1, 1, device=device)
+        x = x_tile.repeat(4, 16, 1, 1).contiguous(memory_format=torch.channels_last)
+        per_channel = x_tile.double().square().sum((0, 2, 3)).repeat(16)
+        total = 4 * float((w.double().flatten() * per_channel).sum())
+    else:  # [1024, 65536] (or its transpose), a weight per column
+        x_tile = uniform(16, 1 << 16, device=device)
+        w = uniform(1 << 16, device=device)
+        x = x_tile.repeat(64, 1)
+        total, _ = tiled_exact(x_tile, w.expand(x_tile.shape), 64)
+        if layout == "2d_transposed":
+            x, w = x.t(), w.unsqueeze(1)
+    assert x.numel() == N_ACCURACY
+    out = op(x, w)
+    assert_relative_error(out, total, total)
+    assert_relative_error(op(x, w, list(range(x.dim()))), total, total)
+
+
+def test_float16_inputs_sum_2_to_24_terms_in_float32(device):
+    x_tile, w_tile = uniform(TILE, device=device).half(), uniform(TILE, device=device).half()
+    out = op(x_tile.repeat(16), w_tile.repeat(16), dtype=torch.float32)
+    assert out.dtype == torch.float32
+    total, scale = tiled_exact(x_tile, w_tile, 16)
+    assert_relative_error(out, total, scale)
+
+
+# ------------------------------------------------------------------------- determinism
+
+
+DETERMINISM_CASES = {
+    # name -> (input shape, input kind, weight shape, dim)
+    "reduce_all": ((1 << 21,), "contiguous", (1 << 21,), None),
+    "rows": ((64, 1 << 15), "contiguous", (1 << 15,), [1]),
+    "columns": ((1 << 15, 64), "contiguous", (1 << 15, 1), [0]),
+    "transposed_all": ((1 << 11, 1 << 10), "transposed", (1 << 10,), None),
+    # Short runs in memory (16 along the reduced dim in memory order), many of them to add up.
+    "transposed_many_runs": ((1 << 17, 16), "transposed", (16,), None),
+    "transposed_many_runs_dim0": ((1 << 17, 16), "transposed", (16,), [0]),
+    "middle_of_3d": ((16, 1 << 12, 16), "contiguous", (1 << 12, 1), [1]),
+    "two_dims_of_4d": ((8, 64, 32, 32), "channels_last", (64, 1, 1), [0, 2]),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_name)
+@pytest.mark.parametrize("case", list(DETERMINISM_CASES))
+def test_same_bits_run_to_run(device, case, dtype):
+    x_shape, x_kind, w_shape, dim = DETERMINISM_CASES[case]
+    x, w = make(x_shape, dtype, device, x_kind), make(w_shape, dtype, device)
+    first = op(x, w, dim)
+    for _ in range(3):
+        assert torch.equal(op(x, w, dim), first)
+
+
+@pytest.mark.parametrize("case", list(DETERMINISM_CASES))
+def test_same_bits_for_every_cpu_thread_count(case):
+    # Summed in another order, a float32 sum usually, not always, rounds to other bits: values of a
+    # wide range (rounding errors larger than the result's ulp) and a few draws make a sum whose
+    # order follows the thread count show.
+    x_shape, x_kind, w_shape, dim = DETERMINISM_CASES[case]
+    threads = torch.get_num_threads()
+    for _ in range(3):
+        x = make(x_shape, torch.float32, "cpu", x_kind) * torch.randn(x_shape).mul(2).exp()
+        w = make(w_shape, torch.float32, "cpu")
+        try:
+            results = {}
+            for n in (1, 2, 3, 8):  # more threads than cores still splits the work n ways
+                torch.set_num_threads(n)
+                results[n] = op(x, w, dim)
+        finally:
+            torch.set_num_threads(threads)
+        for n, result in results.items():
+            differ = result != results[1]
+            assert not differ.any(), (
+                f"{n} threads: other bits than 1 thread at {int(differ.sum())} of {differ.numel()} elements, "
+                f"e.g. {result[differ].flatten()[:3].tolist()} vs {results[1][differ].flatten()[:3].tolist()}"
+            )
+        assert_matches_exact(results[1], x, w, dim)
