@@ -6,9 +6,12 @@
 #
 # OpenMP: at::parallel_for is inline and runs its body in parallel only where the caller is compiled
 # with OpenMP, as ATen is (a torch without OpenMP uses its own pool and needs nothing here). The
-# library then needs libgomp.so.1, the soname torch's wheels load too: one runtime in the process.
+# library links torch's own runtime where the wheel bundles one (torch/lib/libgomp.so.1, already
+# on the library's run path), else the compiler's (the same soname): one runtime in the process.
 function(custom_ops_add_cpu_kernels target)
   find_package(OpenMP COMPONENTS CXX)
+  get_filename_component(_torch_lib_dir "${TORCH_LIBRARY}" DIRECTORY)
+  find_library(CUSTOM_OPS_TORCH_OPENMP NAMES libgomp.so.1 PATHS "${_torch_lib_dir}" NO_DEFAULT_PATH)
   if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
     set(_capabilities DEFAULT AVX2)
   else()
@@ -28,7 +31,7 @@ function(custom_ops_add_cpu_kernels target)
     target_include_directories(${_object} PRIVATE ${PROJECT_SOURCE_DIR})
     target_link_libraries(${_object} PRIVATE torch)
     if(OpenMP_CXX_FOUND)
-      target_link_libraries(${_object} PRIVATE OpenMP::OpenMP_CXX)
+      target_compile_options(${_object} PRIVATE ${OpenMP_CXX_FLAGS})
     endif()
     custom_ops_enable_warnings(${_object})
     set_target_properties(${_object} PROPERTIES
@@ -38,7 +41,9 @@ function(custom_ops_add_cpu_kernels target)
     endif()
     target_sources(${target} PRIVATE $<TARGET_OBJECTS:${_object}>)
   endforeach()
-  if(OpenMP_CXX_FOUND)
+  if(OpenMP_CXX_FOUND AND CUSTOM_OPS_TORCH_OPENMP)
+    target_link_libraries(${target} PRIVATE "${CUSTOM_OPS_TORCH_OPENMP}")
+  elseif(OpenMP_CXX_FOUND)
     target_link_libraries(${target} PRIVATE OpenMP::OpenMP_CXX)
   endif()
 endfunction()

@@ -35,26 +35,18 @@ void register_rejections(torch::Library& m) {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(custom, SparseCPU, m) {
-  register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(custom, SparseCUDA, m) {
-  register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(custom, SparseCsrCPU, m) {
-  register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(custom, SparseCsrCUDA, m) {
-  register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(custom, MkldnnCPU, m) {
-  register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(custom, NestedTensorCPU, m) {
-  register_rejections(m);
-}
-TORCH_LIBRARY_IMPL(custom, NestedTensorCUDA, m) {
-  register_rejections(m);
-}
+// One registration per key whose tensors are not dense strided ones.
+#define CUSTOM_OPS_REJECT_KEY(key)     \
+  TORCH_LIBRARY_IMPL(custom, key, m) { \
+    register_rejections(m);            \
+  }
+CUSTOM_OPS_REJECT_KEY(SparseCPU)
+CUSTOM_OPS_REJECT_KEY(SparseCUDA)
+CUSTOM_OPS_REJECT_KEY(SparseCsrCPU)
+CUSTOM_OPS_REJECT_KEY(SparseCsrCUDA)
+CUSTOM_OPS_REJECT_KEY(MkldnnCPU)
+CUSTOM_OPS_REJECT_KEY(NestedTensorCPU)
+CUSTOM_OPS_REJECT_KEY(NestedTensorCUDA)
+#undef CUSTOM_OPS_REJECT_KEY
 
 }  // namespace custom

@@ -117,10 +117,15 @@ Run last_reduced_run(const std::vector<Axis>& axes) {
   return {begin, end};
 }
 
-// Sums `partial` over its dims `leftover` pairwise in a fixed order, with elementwise adds only:
-// the bits do not depend on the thread count (at::sum's on CPU do) and the error grows with the
-// log of the count, as in the device loops. Returns the kept elements in their order, flat.
+// Sums `partial` over its dims `leftover`, in an order that gives the same bits on every run; the
+// kept elements in their order, flat. CUDA: at::sum, one kernel whose order follows the shape and
+// the device (no atomics). CPU: at::sum's order follows the thread count, so a pairwise tree of
+// elementwise adds instead (cheap on a CPU: no launches), whose error grows with the log of the
+// count, as in the device loops.
 at::Tensor sum_leftover(const at::Tensor& partial, const std::vector<int64_t>& leftover) {
+  if (partial.is_cuda()) {
+    return at::sum(partial, leftover).reshape({-1});
+  }
   std::vector<int64_t> order(leftover);
   for (const auto d : c10::irange(partial.dim())) {
     if (std::find(leftover.begin(), leftover.end(), d) == leftover.end()) {

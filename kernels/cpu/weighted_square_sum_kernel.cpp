@@ -34,7 +34,7 @@
 #include <c10/util/Unroll.h>
 #include <c10/util/irange.h>
 
-#include "kernels/cpu/weighted_square_sum_kernel.h"
+#include "kernels/cpu/cpu_loops.h"
 #include "ops/floating_types.h"
 #include "ops/weighted_square_sum_math.h"
 

@@ -1,7 +1,6 @@
 // Registers the CPU kernels with the loops of the instruction set ATen's own elementwise kernels
-// run with (cpu_capability.h).
-#include "kernels/cpu/cpu_capability.h"
-#include "kernels/cpu/weighted_sum_kernel.h"
+// run with (cpu_loops.h).
+#include "kernels/cpu/cpu_loops.h"
 #include "ops/weighted_sum_registration.h"
 
 namespace custom::cpu {
@@ -9,13 +8,8 @@ namespace {
 
 const detail::WeightedSumLoops& selected_loops() {
   // A pointer, not a reference bound to a lambda's result (GCC 13's -Wdangling-reference).
-  static const detail::WeightedSumLoops* const loops = &loops_for_cpu_capability(
-#if defined(__x86_64__)
-      AVX2::weighted_sum_loops,
-#else
-      DEFAULT::weighted_sum_loops,
-#endif
-      DEFAULT::weighted_sum_loops);
+  static const detail::WeightedSumLoops* const loops =
+      &loops_for_cpu_capability(widest::weighted_sum_loops, DEFAULT::weighted_sum_loops);
   return *loops;
 }
 

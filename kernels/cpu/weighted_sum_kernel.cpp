@@ -15,10 +15,10 @@
 #include <ATen/cpu/vec/vec.h>
 #include <ATen/native/cpu/Loops.h>
 
+#include "kernels/cpu/cpu_loops.h"
 #include "kernels/cpu/streaming_store.h"
 #include "kernels/cpu/streaming_threshold.h"
 #include "kernels/cpu/weighted_sum_backward_per_channel.h"
-#include "kernels/cpu/weighted_sum_kernel.h"
 #include "ops/floating_types.h"
 #include "ops/weighted_sum_math.h"
 

@@ -8,8 +8,6 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
-#include <ATen/core/dispatch/Dispatcher.h>
-
 // The umbrella header, so a test checks that it brings in the new operator.
 #include <custom_ops/custom_ops.h>
 
@@ -22,14 +20,11 @@
 #include <utility>
 #include <vector>
 
+#include "cuda_test.h"
 #include "dual_level.h"
 #include "expect_error.h"
 #include "reference.h"
 #include "weighted_square_sum_reference.h"
-
-#ifndef CUSTOM_OPS_TESTS_EXPECT_CUDA
-#define CUSTOM_OPS_TESTS_EXPECT_CUDA 0
-#endif
 
 namespace {
 
@@ -549,32 +544,7 @@ TEST_F(WeightedSquareSumAutograd, ForwardAdTangentMatchesComposite) {
 
 // --------------------------------------------------------------------------------------- CUDA
 
-bool cuda_kernels_registered() {
-  const auto handle = c10::Dispatcher::singleton().findOp(c10::OperatorName(kOp, ""));
-  return handle.has_value() && handle->hasKernelForDispatchKey(c10::DispatchKey::CUDA);
-}
-
-TEST(WeightedSquareSumCudaBuild, CudaKernelIsRegisteredWhenBuiltWithCuda) {
-  if (!CUSTOM_OPS_TESTS_EXPECT_CUDA) {
-    GTEST_SKIP() << "libcustom_ops was built without CUDA kernels (CUSTOM_OPS_WITH_CUDA is OFF)";
-  }
-  EXPECT_TRUE(cuda_kernels_registered()) << "built with CUDA, but custom::weighted_square_sum has no CUDA kernel";
-}
-
-class WeightedSquareSumCuda : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!torch::cuda::is_available()) {
-      GTEST_SKIP() << "no CUDA device is visible (torch::cuda::is_available() is false)";
-    }
-    if (!cuda_kernels_registered()) {
-      GTEST_SKIP() << "libcustom_ops was built without CUDA kernels";
-    }
-    torch::manual_seed(0);
-  }
-
-  const at::Device cuda{at::kCUDA, 0};
-};
+class WeightedSquareSumCuda : public custom_ops_test::CudaTest {};
 
 TEST_F(WeightedSquareSumCuda, ValuesMatchReferenceForEachDtypeDimAndLayout) {
   for (const auto dtype : kFloatingDtypes) {

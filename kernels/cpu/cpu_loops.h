@@ -1,0 +1,44 @@
+// The CPU loops of every operator, one table per instruction set that the kernels/cpu/*_kernel.cpp
+// files are compiled for (cmake/CustomOpsCpuKernels.cmake), and which set runs: the one ATen's own
+// elementwise kernels run with. Adding an operator: declare its table in both namespaces.
+#pragma once
+
+#include <string>
+
+#include <ATen/Version.h>
+
+#include "ops/weighted_square_sum_frontend.h"
+#include "ops/weighted_sum_frontend.h"
+
+namespace custom::cpu {
+
+namespace DEFAULT {
+extern const detail::WeightedSumLoops weighted_sum_loops;
+extern const detail::WeightedSquareSumLoops weighted_square_sum_loops;
+}  // namespace DEFAULT
+
+#if defined(__x86_64__)
+namespace AVX2 {
+extern const detail::WeightedSumLoops weighted_sum_loops;
+extern const detail::WeightedSquareSumLoops weighted_square_sum_loops;
+}  // namespace AVX2
+namespace widest = AVX2;  // the widest set built for this architecture
+#else
+namespace widest = DEFAULT;
+#endif
+
+// The widest set's table where ATen runs AVX2 (or AVX512) kernels, else DEFAULT's.
+// at::get_cpu_capability() is ATen's choice (ATEN_CPU_CAPABILITY can lower it); on an AVX512 CPU
+// ATen's REGISTER_DISPATCH kernels (add, mul, ...) still run their AVX2 build.
+template <typename Loops>
+const Loops& loops_for_cpu_capability([[maybe_unused]] const Loops& widest_loops, const Loops& default_loops) {
+#if defined(__x86_64__)
+  const std::string capability = at::get_cpu_capability();
+  if (capability == "AVX2" || capability == "AVX512") {
+    return widest_loops;
+  }
+#endif
+  return default_loops;
+}
+
+}  // namespace custom::cpu
