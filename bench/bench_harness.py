@@ -1,9 +1,12 @@
 """The benchmark harness: correctness checks before timing, the timers and their medians, the
-rows and environment that go into the results JSON. It knows nothing of weighted_sum: the
-variants come from weighted_sum_variants.py, the tables and targets from weighted_sum_report.py."""
+rows and environment that go into the results JSON, and what every benchmark's command line and
+run share (the library, the options of the timers, the thread counts, the results file). It knows
+nothing of the operators: the variants come from weighted_sum_variants.py and
+weighted_square_sum_variants.py, the tables and targets from their *_report.py."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime
 import importlib.util
@@ -19,6 +22,8 @@ import time
 from typing import Callable
 
 import torch
+import torch._dynamo
+import torch._inductor.config
 import torch.utils.benchmark
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -26,6 +31,24 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 # ----------------------------------------------------------------------------------------------
 # What a benchmark hands the harness
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One point of the sweep; its tensors are made by the benchmark's make_inputs."""
+
+    layout: str
+    dtype: str
+    log2n: int
+    threads: int | None  # CPU thread count, None on the GPU
+
+    @property
+    def n(self) -> int:
+        return 1 << self.log2n
+
+    def __str__(self):
+        threads = f", {self.threads} threads" if self.threads else ""
+        return f"{self.dtype} {self.layout} n=2^{self.log2n}{threads}"
 
 
 @dataclasses.dataclass
@@ -42,6 +65,95 @@ class Summed:
 
     value: torch.Tensor
     scale: torch.Tensor  # the sum of the terms' absolute values
+
+
+def nbytes(*tensors: torch.Tensor) -> int:
+    """Bytes of each tensor's elements (a broadcast weight counts once, at its own size)."""
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+# ----------------------------------------------------------------------------------------------
+# The command line, the library and torch.compile
+
+
+def add_timing_arguments(parser: argparse.ArgumentParser):
+    """The options of the GPU and CPU timers (gpu_timer, cpu_timer)."""
+    parser.add_argument(
+        "--timer",
+        choices=("auto", "triton", "events"),
+        default="auto",
+        help="GPU timing: triton.testing.do_bench, or the hand-written CUDA-event loop (auto: triton if importable)",
+    )
+    parser.add_argument("--warmup-ms", type=float, default=10.0, help="GPU warm-up time per measurement")
+    parser.add_argument("--rep-ms", type=float, default=40.0, help="GPU measuring time per measurement")
+    parser.add_argument("--min-run-time", type=float, default=0.1, help="CPU seconds per variant and size")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="CPU: rounds that time every variant in turn (the median of the rounds is kept)",
+    )
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, dtypes):
+    """The checks every benchmark makes of its parsed options; args.dtypes becomes a list."""
+    # Below 2^4 the [N, C] shapes would get a size-1 dimension, which torch.compile specializes.
+    if not 4 <= args.min_log2 <= args.max_log2:
+        parser.error(f"need 4 <= --min-log2 <= --max-log2, got {args.min_log2} and {args.max_log2}")
+    if args.rounds < 1:
+        parser.error(f"need --rounds >= 1, got {args.rounds}")
+    args.dtypes = subset(parser, "--dtypes", args.dtypes, dtypes)
+
+
+def subset(parser, flag, text, allowed):
+    chosen = [item.strip() for item in text.split(",") if item.strip()]
+    unknown = [item for item in chosen if item not in allowed]
+    if unknown or not chosen:
+        parser.error(f"{flag}: unknown {unknown}, choose from {list(allowed)}")
+    return chosen
+
+
+def thread_counts(parser, text):
+    counts = []
+    for item in text.split(","):
+        item = item.strip()
+        if item == "all":
+            counts.append(torch.get_num_threads())
+        elif item.isdigit() and int(item) > 0:
+            counts.append(int(item))
+        else:
+            parser.error(f"--threads: expected 'all' or a positive integer, got {item!r}")
+    return list(dict.fromkeys(counts))  # unique, in order
+
+
+def load_library(path: pathlib.Path | None) -> pathlib.Path:
+    """Loads libcustom_ops.so: --library, else $CUSTOM_OPS_LIBRARY, else build/ of this checkout."""
+    path = path or pathlib.Path(os.environ.get("CUSTOM_OPS_LIBRARY", REPO / "build" / "libcustom_ops.so"))
+    if not path.is_file():
+        sys.exit(f"bench: {path} not found; build the library (see README.md) or pass --library")
+    torch.ops.load_library(str(path))
+    return path
+
+
+def pick_device(args, ops, cpu_option: str, no_kernel: str = "no CUDA kernel of {op}") -> torch.device:
+    """The CPU with args.cpu; else the GPU, where torch sees one and the loaded library has a
+    CUDA kernel of each of `ops` (`no_kernel` says which is missing)."""
+    if args.cpu:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        sys.exit(f"bench: no GPU visible to torch; run with {cpu_option} for the CPU benchmark")
+    # A CPU-only build would make every GPU call fail deep inside the dispatcher.
+    for op in ops:
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(op, "CUDA"):
+            missing = no_kernel.format(op=op)
+            sys.exit(f"bench: the loaded library has {missing}; rebuild it with -DCUSTOM_OPS_CUDA=ON")
+    return torch.device("cuda")
+
+
+def configure_dynamo():
+    # Every dtype, layout and grad mode is a guard of its own; never fall back to eager silently.
+    torch._dynamo.config.recompile_limit = 64
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
 
 
 # ----------------------------------------------------------------------------------------------
@@ -150,6 +262,28 @@ def cpu_timer(args, threads: int) -> Callable[[list], dict]:
     return cpu_times
 
 
+def timers(args, device: torch.device) -> tuple[Callable[[int | None], Callable[[list], dict]], str]:
+    """timer_for(threads), which gives the timer of the variants of one case (their median times in
+    us by name), and how it times, for the results."""
+    if device.type == "cuda":
+        gpu_time, timing = gpu_timer(args)
+        return (lambda threads: lambda variants: {v.name: gpu_time(v.call) for v in variants}), timing
+    timing = f"torch.utils.benchmark.Timer.blocked_autorange, variants in turn, median of {args.rounds} rounds"
+    return (lambda threads: cpu_timer(args, threads)), timing
+
+
+def thread_settings(args, timer_for):
+    """(threads, timer) for each of args.threads (None on the GPU), with torch and Inductor set to
+    that thread count while the caller measures at it."""
+    for threads in args.threads:
+        timer = timer_for(threads)
+        if threads is not None:
+            torch.set_num_threads(threads)
+            # Inductor bakes the thread count into its C++ kernels (and its cache key).
+            torch._inductor.config.cpp.threads = threads
+        yield threads, timer
+
+
 def host_time_us(fn: Callable, device: torch.device, calls: int) -> float:
     """Wall time per call of `calls` back-to-back calls, synchronized at the end: the Python and
     dispatcher overhead whenever the kernel itself is shorter than the launch."""
@@ -166,6 +300,23 @@ def host_time_us(fn: Callable, device: torch.device, calls: int) -> float:
 # Rows of the results JSON
 
 
+def timed_row(kind: str, case, shape, variant: Variant, us: float) -> dict:
+    """The fields every timed row has: what was timed, its median time and its bandwidth."""
+    return {
+        "kind": kind,
+        "variant": variant.name,
+        "dtype": case.dtype,
+        "layout": case.layout,
+        "log2n": case.log2n,
+        "n": case.n,
+        "shape": list(shape),
+        "threads": case.threads,
+        "median_us": round(us, 3),
+        "bytes": variant.bytes,
+        "gbps": round(variant.bytes / us / 1e3, 2),
+    }
+
+
 def timed_rows(case, shape, variants: list[Variant], times: dict, fwd_bwd_names) -> list[dict]:
     """One row per variant of a case, with the ratios the targets read. Forward rows are judged
     against the variant `add_out`, forward+backward rows (names in `fwd_bwd_names`) against a
@@ -175,17 +326,7 @@ def timed_rows(case, shape, variants: list[Variant], times: dict, fwd_bwd_names)
     for variant in variants:
         us = times[variant.name]
         row = {
-            "kind": "fwd_bwd" if variant.name in fwd_bwd_names else "forward",
-            "variant": variant.name,
-            "dtype": case.dtype,
-            "layout": case.layout,
-            "log2n": case.log2n,
-            "n": case.n,
-            "shape": list(shape),
-            "threads": case.threads,
-            "median_us": round(us, 3),
-            "bytes": variant.bytes,
-            "gbps": round(variant.bytes / us / 1e3, 2),
+            **timed_row("fwd_bwd" if variant.name in fwd_bwd_names else "forward", case, shape, variant, us),
             "vs_add": None,
             "floor_us": None,
             "vs_floor": None,
@@ -298,6 +439,81 @@ def metadata(args, device, library, timing) -> dict:
         "loadavg_start": load_average(),
         "argv": sys.argv[1:],
     }
+
+
+def announce(op: str, meta: dict):
+    """The run's first lines: what is measured where, and a warning where the machine is busy."""
+    print(
+        f"{op} benchmark on {meta['device_name']} ({meta['device']}), torch {meta['torch']}, "
+        f"commit {meta['git_commit']}, timing: {meta['timing']}"
+    )
+    warn_if_busy(meta)
+
+
+class ResultsFile:
+    """The results JSON: `meta` and the rows so far, with their summary. Rewritten after each
+    (dtype, layout), so a run cut by a time limit keeps what it measured ("complete": false, its
+    summary over those rows)."""
+
+    def __init__(self, path: pathlib.Path, meta: dict, started: float, to_json: Callable[[dict], str]):
+        self.path, self.meta, self.started, self.to_json = path, meta, started, to_json
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, rows: list[dict], summary: list[dict], complete: bool):
+        self.meta["elapsed_s"] = round(time.perf_counter() - self.started, 1)
+        self.meta["loadavg_end"] = load_average()
+        results = {**self.meta, "complete": complete, "summary": summary, "rows": rows}
+        partial = self.path.with_name(self.path.name + ".partial")  # replaced in one step: never half written
+        partial.write_text(self.to_json(results))
+        partial.replace(self.path)
+
+
+def run(
+    op: str,
+    argv,
+    parse_args: Callable,
+    pick_device: Callable,
+    sweep: Callable,
+    report,
+    png: str,
+    describe: Callable[[dict], dict] = lambda meta: meta,
+    more_rows: Callable | None = None,
+) -> int:
+    """A benchmark's main: parse_args(argv), the library, pick_device(args), then
+    sweep(args, device, timer_for, group_done) with the results file rewritten after each group,
+    more_rows(args, device) after the sweep where given, the summary, and the plot on --plot.
+
+    `report` is the benchmark's report module: output_path(args, meta), results_json(results),
+    evaluate_all(rows, device, all_threads), summarize(rows, device, all_threads), plot(json, png).
+    `describe` adds the benchmark's own fields to the metadata; `png` is the plot's file name under
+    docs/, with {device} for the device's name."""
+    started = time.perf_counter()
+    args = parse_args(argv)
+    library = load_library(args.library)
+    device = pick_device(args)
+    configure_dynamo()
+    torch.manual_seed(0)
+
+    timer_for, timing = timers(args, device)
+    all_threads = torch.get_num_threads()
+    meta = describe(metadata(args, device, library, timing))
+    announce(op, meta)
+    results = ResultsFile(report.output_path(args, meta), meta, started, report.results_json)
+    target_threads = all_threads if device.type == "cpu" else None
+
+    def group_done(rows):
+        results.write(rows, report.evaluate_all(rows, device.type, target_threads), complete=False)
+
+    rows = sweep(args, device, timer_for, group_done)
+    torch.set_num_threads(all_threads)
+    if more_rows is not None:
+        rows = rows + more_rows(args, device)
+    summary = report.summarize(rows, device.type, target_threads)
+    results.write(rows, summary, complete=True)
+    print(f"\nwrote {results.path} ({meta['elapsed_s']} s)")
+    if args.plot:
+        report.plot(results.path, args.output_dir / "docs" / png.format(device=meta["device"]))
+    return 0
 
 
 def warn_if_busy(meta):

@@ -18,7 +18,8 @@ float64 reference before it is timed. Results go to a printed table and to
 bench/results/<date>-<device>-square-sum-<commit>.json, rewritten after each dtype and layout with
 "complete": false until the run ends; see bench/README.md.
 
-The measuring (checks, timers, environment) is bench_harness.py's, as for bench_weighted_sum.py;
+The measuring (checks, timers, environment, the library, the thread counts and the results file)
+is bench_harness.py's, as for bench_weighted_sum.py;
 weighted_square_sum_variants.py has the cases and what is timed, weighted_square_sum_report.py the
 rows, tables, targets, the JSON file and the plot.
 """
@@ -29,19 +30,18 @@ import argparse
 import os
 import pathlib
 import sys
-import time
 from collections.abc import Sequence
 
 import torch
-import torch._inductor.config
 
 import bench_harness as harness
 import weighted_square_sum_report as report
-from bench_weighted_sum import _subset, _thread_counts, configure_dynamo, load_library
 from weighted_square_sum_variants import DTYPES, LAYOUTS, Case, Compiler, make_inputs, shapes, variants
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SIZES = {"cuda": (24, 28), "cpu": (16, 22)}  # default --min-log2, --max-log2
+OP = "custom::weighted_square_sum"
+PNG = "bandwidth-square-sum-{device}.png"  # the plot, under --output-dir's docs/
 
 
 # ----------------------------------------------------------------------------------------------
@@ -74,21 +74,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "below (default: every size static on the GPU; on the CPU dynamic everywhere, as each C++ compile "
         "takes seconds)",
     )
-    parser.add_argument(
-        "--timer",
-        choices=("auto", "triton", "events"),
-        default="auto",
-        help="GPU timing: triton.testing.do_bench, or the hand-written CUDA-event loop (auto: triton if importable)",
-    )
-    parser.add_argument("--warmup-ms", type=float, default=10.0, help="GPU warm-up time per measurement")
-    parser.add_argument("--rep-ms", type=float, default=40.0, help="GPU measuring time per measurement")
-    parser.add_argument("--min-run-time", type=float, default=0.1, help="CPU seconds per variant and size")
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=5,
-        help="CPU: rounds that time every variant in turn (the median of the rounds is kept)",
-    )
+    harness.add_timing_arguments(parser)
     parser.add_argument("--library", type=pathlib.Path, default=None, help="libcustom_ops.so to load")
     parser.add_argument(
         "--git-commit",
@@ -127,13 +113,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.max_log2 = max(high, args.min_log2) if args.max_log2 is None else args.max_log2
     if args.compile_static_from is None:  # as bench_weighted_sum.py: each C++ compile takes seconds
         args.compile_static_from = args.max_log2 + 1 if args.cpu else 0
-    if not 4 <= args.min_log2 <= args.max_log2:
-        parser.error(f"need 4 <= --min-log2 <= --max-log2, got {args.min_log2} and {args.max_log2}")
-    if args.rounds < 1:
-        parser.error(f"need --rounds >= 1, got {args.rounds}")
-    args.dtypes = _subset(parser, "--dtypes", args.dtypes, DTYPES)
-    args.layouts = _subset(parser, "--layouts", args.layouts, LAYOUTS)
-    args.threads = _thread_counts(parser, args.threads) if args.cpu else [None]
+    harness.check_arguments(parser, args, DTYPES)
+    args.layouts = harness.subset(parser, "--layouts", args.layouts, LAYOUTS)
+    args.threads = harness.thread_counts(parser, args.threads) if args.cpu else [None]
     return args
 
 
@@ -142,16 +124,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def pick_device(args) -> torch.device:
-    if args.cpu:
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        sys.exit("bench: no GPU visible to torch; run with --device cpu for the CPU benchmark")
-    # A CPU-only build would make every GPU call fail deep inside the dispatcher; two_step needs
-    # the first op's kernel too.
-    for op in ("custom::weighted_square_sum", "custom::weighted_sum"):
-        if not torch._C._dispatch_has_kernel_for_dispatch_key(op, "CUDA"):
-            sys.exit(f"bench: the loaded library has no CUDA kernel of {op}; rebuild it with -DCUSTOM_OPS_CUDA=ON")
-    return torch.device("cuda")
+    # two_step needs the first op's CUDA kernel too.
+    return harness.pick_device(args, [OP, "custom::weighted_sum"], "--device cpu")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -169,12 +143,7 @@ def measure_case(case: Case, device, timer, compiled) -> list[dict]:
 def sweep(args, device, timer_for, group_done=None) -> list[dict]:
     """Every case's rows; group_done(rows so far), where given, after each (dtype, layout)."""
     rows = []
-    for threads in args.threads:
-        timer = timer_for(threads)
-        if threads is not None:
-            torch.set_num_threads(threads)
-            # Inductor bakes the thread count into its C++ kernels (and its cache key).
-            torch._inductor.config.cpp.threads = threads
+    for threads, timer in harness.thread_settings(args, timer_for):
         for dtype in args.dtypes:
             for layout in args.layouts:
                 sizes = [k for k in range(args.max_log2, args.min_log2 - 1, -1) if shapes(layout, k) is not None]
@@ -200,57 +169,18 @@ def sweep(args, device, timer_for, group_done=None) -> list[dict]:
 # Main
 
 
-def main(argv=None) -> int:
-    started = time.perf_counter()
-    args = parse_args(argv)
-    library = load_library(args.library)
-    device = pick_device(args)
-    configure_dynamo()
-    torch.manual_seed(0)
-
-    if device.type == "cuda":
-        gpu_time, timing = harness.gpu_timer(args)
-        timer_for = lambda threads: lambda found: {v.name: gpu_time(v.call) for v in found}  # noqa: E731
-    else:
-        timing = f"torch.utils.benchmark.Timer.blocked_autorange, variants in turn, median of {args.rounds} rounds"
-        timer_for = lambda threads: harness.cpu_timer(args, threads)  # noqa: E731
-    all_threads = torch.get_num_threads()
-    meta = {
+def describe(meta: dict) -> dict:
+    """The results' metadata: the first benchmark's, with which benchmark and how its floor is set."""
+    return {
         "benchmark": report.BENCHMARK,
-        **harness.metadata(args, device, library, timing),
+        **meta,
         "floor": "ours' bytes (x and w read once, w at its own size) at the bandwidth y.copy_(x) reaches at "
         "the same dtype and size: copy's time for 2 streams of x's size, half of it for broadcast_row",
     }
-    print(
-        f"custom::weighted_square_sum benchmark on {meta['device_name']} ({meta['device']}), torch {meta['torch']}, "
-        f"commit {meta['git_commit']}, timing: {timing}"
-    )
-    harness.warn_if_busy(meta)
-    path = report.output_path(args, meta)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    target_threads = all_threads if device.type == "cpu" else None
 
-    def write(rows, summary, complete):
-        """The results so far; rewritten after each (dtype, layout), so a run cut by a time
-        limit keeps what it measured ("complete": false, its summary over those rows)."""
-        meta["elapsed_s"] = round(time.perf_counter() - started, 1)
-        meta["loadavg_end"] = harness.load_average()
-        results = {**meta, "complete": complete, "summary": summary, "rows": rows}
-        partial = path.with_name(path.name + ".partial")  # replaced in one step: never half written
-        partial.write_text(report.results_json(results))
-        partial.replace(path)
 
-    def group_done(rows):
-        write(rows, report.evaluate_all(rows, device.type, target_threads), complete=False)
-
-    rows = sweep(args, device, timer_for, group_done)
-    torch.set_num_threads(all_threads)
-    summary = report.summarize(rows, device.type, target_threads)
-    write(rows, summary, complete=True)
-    print(f"\nwrote {path} ({meta['elapsed_s']} s)")
-    if args.plot:
-        report.plot(path, args.output_dir / "docs" / f"bandwidth-square-sum-{meta['device']}.png")
-    return 0
+def main(argv=None) -> int:
+    return harness.run(OP, argv, parse_args, pick_device, sweep, report, PNG, describe=describe)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,9 @@ with "complete": false until the run ends, so a run cut short keeps what it meas
 bench/README.md.
 
 The code is in four files: this one (command line and the sweep), bench_harness.py (checks,
-timers, result rows, environment), weighted_sum_variants.py (cases, inputs, what is timed) and
-weighted_sum_report.py (tables, targets, the JSON file, the plot).
+timers, result rows, environment, and the options and main run every benchmark shares),
+weighted_sum_variants.py (cases, inputs, what is timed) and weighted_sum_report.py (tables,
+targets, the JSON file, the plot).
 """
 
 from __future__ import annotations
@@ -38,12 +39,9 @@ import os
 import pathlib
 import statistics
 import sys
-import time
 from collections.abc import Sequence
 
 import torch
-import torch._dynamo
-import torch._inductor.config
 
 import bench_harness as harness
 import weighted_sum_report as report
@@ -62,6 +60,8 @@ from weighted_sum_variants import (
 )
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+OP = "custom::weighted_sum"
+PNG = "bandwidth-{device}.png"  # the plot, under --output-dir's docs/
 
 
 # ----------------------------------------------------------------------------------------------
@@ -99,21 +99,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="torch.compile a static graph per size from 2^N up, one dynamic=True graph per dtype/layout "
         "below (default: 20 on the GPU; on the CPU dynamic everywhere, as each C++ compile takes seconds)",
     )
-    parser.add_argument(
-        "--timer",
-        choices=("auto", "triton", "events"),
-        default="auto",
-        help="GPU timing: triton.testing.do_bench, or the hand-written CUDA-event loop (auto: triton if importable)",
-    )
-    parser.add_argument("--warmup-ms", type=float, default=10.0, help="GPU warm-up time per measurement")
-    parser.add_argument("--rep-ms", type=float, default=40.0, help="GPU measuring time per measurement")
-    parser.add_argument("--min-run-time", type=float, default=0.1, help="CPU seconds per variant and size")
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=5,
-        help="CPU: rounds that time every variant in turn (the median of the rounds is kept)",
-    )
+    harness.add_timing_arguments(parser)
     parser.add_argument("--host-max-log2", type=int, default=14, help="largest size of the per-call host timing")
     parser.add_argument("--library", type=pathlib.Path, default=None, help="libcustom_ops.so to load")
     parser.add_argument(
@@ -135,72 +121,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.max_log2 = 22 if args.cpu else 28
     if args.compile_static_from is None:
         args.compile_static_from = args.max_log2 + 1 if args.cpu else 20  # CPU: never static
-    # Below 2^4 the [N, C] shapes would get a size-1 dimension, which torch.compile specializes.
-    if not 4 <= args.min_log2 <= args.max_log2:
-        parser.error(f"need 4 <= --min-log2 <= --max-log2, got {args.min_log2} and {args.max_log2}")
-    if args.rounds < 1:
-        parser.error(f"need --rounds >= 1, got {args.rounds}")
-    args.dtypes = _subset(parser, "--dtypes", args.dtypes, DTYPES)
-    args.layouts = _subset(
+    harness.check_arguments(parser, args, DTYPES)
+    args.layouts = harness.subset(
         parser,
         "--layouts",
         args.layouts.replace("per-channel", ",".join(PER_CHANNEL_LAYOUTS)),
         LAYOUTS + PER_CHANNEL_LAYOUTS,
     )
-    args.fwd_bwd_layouts = _subset(parser, "--fwd-bwd-layouts", args.fwd_bwd_layouts, LAYOUTS)
-    args.threads = _thread_counts(parser, args.threads) if args.cpu else [None]
+    args.fwd_bwd_layouts = harness.subset(parser, "--fwd-bwd-layouts", args.fwd_bwd_layouts, LAYOUTS)
+    args.threads = harness.thread_counts(parser, args.threads) if args.cpu else [None]
     return args
 
 
-def _subset(parser, flag, text, allowed):
-    chosen = [item.strip() for item in text.split(",") if item.strip()]
-    unknown = [item for item in chosen if item not in allowed]
-    if unknown or not chosen:
-        parser.error(f"{flag}: unknown {unknown}, choose from {list(allowed)}")
-    return chosen
-
-
-def _thread_counts(parser, text):
-    counts = []
-    for item in text.split(","):
-        item = item.strip()
-        if item == "all":
-            counts.append(torch.get_num_threads())
-        elif item.isdigit() and int(item) > 0:
-            counts.append(int(item))
-        else:
-            parser.error(f"--threads: expected 'all' or a positive integer, got {item!r}")
-    return list(dict.fromkeys(counts))  # unique, in order
-
-
 # ----------------------------------------------------------------------------------------------
-# The library and the device
-
-
-def load_library(path: pathlib.Path | None) -> pathlib.Path:
-    """Loads libcustom_ops.so: --library, else $CUSTOM_OPS_LIBRARY, else build/ of this checkout."""
-    path = path or pathlib.Path(os.environ.get("CUSTOM_OPS_LIBRARY", REPO / "build" / "libcustom_ops.so"))
-    if not path.is_file():
-        sys.exit(f"bench: {path} not found; build the library (see README.md) or pass --library")
-    torch.ops.load_library(str(path))
-    return path
+# The device
 
 
 def pick_device(args) -> torch.device:
-    if args.cpu:
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        sys.exit("bench: no GPU visible to torch; run with --cpu for the CPU benchmark")
-    # A CPU-only build would make every GPU call fail deep inside the dispatcher.
-    if not torch._C._dispatch_has_kernel_for_dispatch_key("custom::weighted_sum", "CUDA"):
-        sys.exit("bench: the loaded library has no CUDA kernels; rebuild it with -DCUSTOM_OPS_CUDA=ON")
-    return torch.device("cuda")
-
-
-def configure_dynamo():
-    # Every dtype, layout and grad mode is a guard of its own; never fall back to eager silently.
-    torch._dynamo.config.recompile_limit = 64
-    torch._dynamo.config.fail_on_recompile_limit_hit = True
+    return harness.pick_device(args, [OP], "--cpu", no_kernel="no CUDA kernels")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -220,12 +158,7 @@ def measure_case(case: Case, device, timer, compiled, with_fwd_bwd: bool) -> lis
 def sweep(args, device, timer_for, group_done=None) -> list[dict]:
     """Every case's rows; group_done(rows so far), where given, after each (dtype, layout)."""
     rows = []
-    for threads in args.threads:
-        timer = timer_for(threads)
-        if threads is not None:
-            torch.set_num_threads(threads)
-            # Inductor bakes the thread count into its C++ kernels (and its cache key).
-            torch._inductor.config.cpp.threads = threads
+    for threads, timer in harness.thread_settings(args, timer_for):
         for dtype in args.dtypes:
             for layout in args.layouts:
                 # Largest first: the dynamic graph is then tuned on the largest size it serves.
@@ -275,55 +208,14 @@ def host_overhead(args, device) -> list[dict]:
 # Main
 
 
+def printed_host_overhead(args, device) -> list[dict]:
+    rows = host_overhead(args, device)
+    report.print_host_rows(rows)
+    return rows
+
+
 def main(argv=None) -> int:
-    started = time.perf_counter()
-    args = parse_args(argv)
-    library = load_library(args.library)
-    device = pick_device(args)
-    configure_dynamo()
-    torch.manual_seed(0)
-
-    if device.type == "cuda":
-        gpu_time, timing = harness.gpu_timer(args)
-        timer_for = lambda threads: lambda variants: {v.name: gpu_time(v.call) for v in variants}  # noqa: E731
-    else:
-        timing = f"torch.utils.benchmark.Timer.blocked_autorange, variants in turn, median of {args.rounds} rounds"
-        timer_for = lambda threads: harness.cpu_timer(args, threads)  # noqa: E731
-    all_threads = torch.get_num_threads()
-    meta = harness.metadata(args, device, library, timing)
-    print(
-        f"custom::weighted_sum benchmark on {meta['device_name']} ({meta['device']}), torch {meta['torch']}, "
-        f"commit {meta['git_commit']}, timing: {timing}"
-    )
-    harness.warn_if_busy(meta)
-    path = report.output_path(args, meta)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    target_threads = all_threads if device.type == "cpu" else None
-
-    def write(rows, summary, complete):
-        """The results so far; rewritten after each (dtype, layout), so a run cut by a time
-        limit keeps what it measured ("complete": false, its summary over those rows)."""
-        meta["elapsed_s"] = round(time.perf_counter() - started, 1)
-        meta["loadavg_end"] = harness.load_average()
-        results = {**meta, "complete": complete, "summary": summary, "rows": rows}
-        partial = path.with_name(path.name + ".partial")  # replaced in one step: never half written
-        partial.write_text(report.results_json(results))
-        partial.replace(path)
-
-    def group_done(rows):
-        found = (report.evaluate(target, rows, device.type, target_threads) for target in report.targets())
-        write(rows, [result for result in found if result is not None], complete=False)
-
-    rows = sweep(args, device, timer_for, group_done)
-    torch.set_num_threads(all_threads)
-    host_rows = host_overhead(args, device)
-    report.print_host_rows(host_rows)
-    summary = report.summarize(rows + host_rows, device.type, target_threads)
-    write(rows + host_rows, summary, complete=True)
-    print(f"\nwrote {path} ({meta['elapsed_s']} s)")
-    if args.plot:
-        report.plot(path, args.output_dir / "docs" / f"bandwidth-{meta['device']}.png")
-    return 0
+    return harness.run(OP, argv, parse_args, pick_device, sweep, report, PNG, more_rows=printed_host_overhead)
 
 
 if __name__ == "__main__":

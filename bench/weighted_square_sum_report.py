@@ -1,14 +1,17 @@
 """How bench_weighted_square_sum.py reports: the rows of the results JSON with the ratios its
 targets read, the printed tables, the targets with their PASS/MISS summary, the file and the plot.
-The targets are judged by weighted_sum_report.evaluate, and the JSON written by its results_json,
-as the first benchmark's."""
+The rows are bench_harness.timed_row's with this benchmark's ratios; the tables are printed, the
+targets judged and summarized, the JSON written and the plot drawn by weighted_sum_report's
+functions, as the first benchmark's."""
 
 from __future__ import annotations
 
 import pathlib
 
+import weighted_sum_report as first
+from bench_harness import timed_row
 from weighted_square_sum_variants import LAYOUTS
-from weighted_sum_report import Target, evaluate, results_json  # noqa: F401 (results_json: re-exported)
+from weighted_sum_report import Target, evaluate, plot, results_json  # noqa: F401 (plot, results_json: re-exported)
 
 BENCHMARK = "weighted_square_sum"  # the results JSON's "benchmark": plot_results.py draws by it
 KIND = "square_sum"  # every row's "kind"
@@ -52,17 +55,7 @@ def timed_rows(case, shape, variants, times: dict) -> list[dict]:
     for variant in variants:
         us = times[variant.name]
         row = {
-            "kind": KIND,
-            "variant": variant.name,
-            "dtype": case.dtype,
-            "layout": case.layout,
-            "log2n": case.log2n,
-            "n": case.n,
-            "shape": list(shape),
-            "threads": case.threads,
-            "median_us": round(us, 3),
-            "bytes": variant.bytes,
-            "gbps": round(variant.bytes / us / 1e3, 2),
+            **timed_row(KIND, case, shape, variant, us),
             "floor_us": round(floor_us(variant), 3),
             "vs_floor": round(us / floor_us(variant), 4),
             "vs_sum": round(variant.bytes / us / sum_gbps, 4),
@@ -80,49 +73,16 @@ def timed_rows(case, shape, variants, times: dict) -> list[dict]:
 # Printing
 
 ROW_FORMAT = "{:<20} {:<9} {:<13} {:>4} {:>5} {:>12} {:>9} {:>8} {:>8} {:>8} {:>9}"
-COLUMNS = (
-    "variant",
-    "dtype",
-    "layout",
-    "thr",
-    "n",
-    "median us",
-    "GB/s",
-    "vs floor",
-    "vs sum",
-    "vs eager",
-    "vs compile",
-)
+# The ratio columns after weighted_sum_report.COLUMNS: the row field, and its column's title.
+RATIOS = {"vs_floor": "vs floor", "vs_sum": "vs sum", "vs_eager": "vs eager", "vs_compile": "vs compile"}
 
 
 def print_header(threads, dtype, layout):
-    print()
-    print(f"== {dtype} {layout}" + (f", {threads} threads" if threads else ""))
-    print(ROW_FORMAT.format(*COLUMNS))
-
-
-def _ratio(value):
-    return "" if value is None else f"{value:.3f}x"
+    first.print_header(threads, dtype, layout, ROW_FORMAT, RATIOS)
 
 
 def print_rows(rows):
-    for row in rows:
-        print(
-            ROW_FORMAT.format(
-                LABELS[row["variant"]],
-                row["dtype"],
-                row["layout"],
-                row["threads"] or "-",
-                f"2^{row['log2n']}",
-                f"{row['median_us']:.2f}",
-                f"{row['gbps']:.1f}",
-                _ratio(row["vs_floor"]),
-                _ratio(row["vs_sum"]),
-                _ratio(row["vs_eager"]),
-                _ratio(row["vs_compile"]),
-            ),
-            flush=True,
-        )
+    first.print_rows(rows, ROW_FORMAT, RATIOS, LABELS)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -217,21 +177,7 @@ def evaluate_all(rows, device, all_threads) -> list[dict]:
 
 
 def summarize(rows, device, all_threads) -> list[dict]:
-    results = evaluate_all(rows, device, all_threads)
-    print("\n== targets (worst case over the selected rows)")
-    for result in results:
-        if result.get("note"):
-            print(f"{result['status']}  {result['target']}: {result['note']}")
-            continue
-        if result["worst"] is None:
-            print(f"n/a   {result['target']}: no measured rows in range")
-            continue
-        line = f"{result['status']}  {result['target']}: worst {result['worst']:.3f}x at {result['at']}"
-        if result["status"] == "MISS" and result["sized"]:
-            k = result["holds_from_log2"]
-            line += f"; holds from n=2^{k} up" if k is not None else "; holds at no measured size"
-        print(line + f" ({result['rows']} rows)")
-    return results
+    return first.print_summary(evaluate_all(rows, device, all_threads))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -249,12 +195,3 @@ def output_path(args, meta) -> pathlib.Path:
     if args.output.is_dir() or args.output.suffix != ".json":
         return args.output / name
     return args.output
-
-
-def plot(results: pathlib.Path, png: pathlib.Path):
-    try:
-        import plot_results
-    except ImportError as error:  # matplotlib is optional for the measurement itself
-        print(f"bench: no plot ({error})")
-        return
-    print(f"wrote {plot_results.plot_file(results, png)}")

@@ -5,12 +5,12 @@ against and the bytes it must move."""
 
 from __future__ import annotations
 
-import dataclasses
+import math
 
 import torch
-import torch._dynamo
 
-from bench_harness import Summed, Variant
+import weighted_sum_variants
+from bench_harness import Case, Summed, Variant, nbytes
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # x and w of one shape except broadcast_row (w [C], read once); each reduces `dims`:
@@ -25,30 +25,14 @@ VARIANTS = ("copy", "sum_x", "eager", "two_step", "compile", "ours")
 # Inputs are randn * X_SCALE: a float16 result must not overflow. With x ~ N(0, s^2) and
 # w ~ N(0, 1), a full sum over n terms has a standard deviation of sqrt(3 n) s^2: at n = 2^28 and
 # s = 1 that is 28,000, so 65,504 (float16's largest) is 2.3 sigma away and some seed overflows;
-# at s = 0.5, 9 sigma.
+# at s = 0.5, 9 sigma. broadcast_row is scaled down further (x_scale).
 X_SCALE = 0.5
+# broadcast_row keeps X_SCALE up to this many rows, and scales x down beyond (x_scale).
+BROADCAST_ROWS = 512
 
 
 # ----------------------------------------------------------------------------------------------
-# Inputs
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """One point of the sweep; its tensors are made by make_inputs."""
-
-    layout: str
-    dtype: str
-    log2n: int
-    threads: int | None  # CPU thread count, None on the GPU
-
-    @property
-    def n(self) -> int:
-        return 1 << self.log2n
-
-    def __str__(self):
-        threads = f", {self.threads} threads" if self.threads else ""
-        return f"{self.dtype} {self.layout} n=2^{self.log2n}{threads}"
+# Inputs (a bench_harness.Case each)
 
 
 def shapes(layout: str, log2n: int) -> tuple[tuple, tuple, list | None] | None:
@@ -69,20 +53,33 @@ def shapes(layout: str, log2n: int) -> tuple[tuple, tuple, list | None] | None:
     raise ValueError(f"unknown layout {layout!r}")
 
 
+def x_scale(layout: str, log2n: int) -> float:
+    """The standard deviation of x: X_SCALE, and for broadcast_row beyond BROADCAST_ROWS rows
+    X_SCALE * sqrt(BROADCAST_ROWS / rows), so that a float16 result stays well inside its range.
+
+    broadcast_row's sum is sum_j w_j S_j with S_j = sum_i x_ij^2 over the R rows: every S_j is
+    about R s^2 (squares do not cancel), and the one w [C] weights all rows alike, so the rows'
+    sums do not cancel either; only the C = 1024 terms w_j S_j do. Its standard deviation is
+    about sqrt(C) R s^2 = 32 R s^2, which at R = 2^18 (n = 2^28) and s = 0.5 is 2.1 million, far
+    beyond float16's 65,504. With s^2 = X_SCALE^2 * BROADCAST_ROWS / R beyond 512 rows it is at
+    most 32 * 512 * 0.25 = 4,096 at every size, so 65,504 is 16 sigma away or more. The terms
+    w x^2 are then about 4e-4 at 2^28, normal float16 numbers (from 6.1e-5) for most of them.
+    Up to 512 rows (n <= 2^19) x keeps X_SCALE, as the other layouts do at every size."""
+    if layout != "broadcast_row":
+        return X_SCALE
+    rows = (1 << log2n) // COLUMNS
+    return X_SCALE * math.sqrt(min(1.0, BROADCAST_ROWS / rows))
+
+
 def make_inputs(case: Case, device: torch.device):
     """Fresh randn x and w (never zeros: zeros would hide wrong arithmetic), the dims to reduce,
     and y of x's shape for the copy that measures the floor."""
     x_shape, w_shape, dims = shapes(case.layout, case.log2n)
     make = {"dtype": DTYPES[case.dtype], "device": device}
-    x = torch.randn(x_shape, **make).mul_(X_SCALE)
+    x = torch.randn(x_shape, **make).mul_(x_scale(case.layout, case.log2n))
     w = torch.randn(w_shape, **make)
     y = torch.empty(x_shape, **make)
     return x, w, dims, y
-
-
-def nbytes(*tensors: torch.Tensor) -> int:
-    """Bytes of each tensor's elements (a broadcast weight counts once, at its own size)."""
-    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -130,18 +127,17 @@ def variants(x, w, dims, y, compiled) -> list[Variant]:
     return found
 
 
-class Compiler:
-    """torch.compile of the composite for one dtype and layout, sizes taken largest first.
+class Compiler(weighted_sum_variants.Compiler):
+    """torch.compile of the composite, reducing `dims`, for one dtype and layout, sizes taken
+    largest first: as bench_weighted_sum.py's (weighted_sum_variants.Compiler).
 
     From 2^compile_static_from up, a graph per size (dynamic=False): what a model with fixed
     shapes gets, and on the GPU the default at every size. Below, one dynamic=True graph serves
     every size: the CPU's default, where each C++ compile takes seconds."""
 
     def __init__(self, args, dims):
-        self.enabled = not args.no_compile
-        self.static_from = args.compile_static_from
+        super().__init__(args)
         self.dims = dims
-        self.dynamic = None
 
     def _compile(self, dynamic: bool):
         dims = self.dims
@@ -150,14 +146,3 @@ class Compiler:
             return compile_composite(x, w, dims)
 
         return torch.compile(composite, dynamic=dynamic)
-
-    def for_size(self, log2n: int):
-        if not self.enabled:
-            return None
-        if log2n >= self.static_from:
-            torch._dynamo.reset()  # drop the previous size's graphs: no recompile pile-up
-            return self._compile(dynamic=False)
-        if self.dynamic is None:
-            torch._dynamo.reset()
-            self.dynamic = self._compile(dynamic=True)
-        return self.dynamic

@@ -1,5 +1,6 @@
 """How bench_weighted_sum.py reports: the printed tables, the targets with their PASS/MISS
-summary, the results JSON and the plot."""
+summary, the results JSON and the plot. weighted_square_sum_report.py prints its tables, judges
+its targets and writes its file with the functions here."""
 
 from __future__ import annotations
 
@@ -30,31 +31,33 @@ LABELS = {
 # Printing
 
 ROW_FORMAT = "{:<19} {:<9} {:<11} {:>4} {:>5} {:>12} {:>9} {:>7} {:>8}"
+# A table's columns: the variant, the case and its time, then a ratio column per row field.
+COLUMNS = ("variant", "dtype", "layout", "thr", "n", "median us", "GB/s")
+RATIOS = {"vs_add": "vs add", "vs_floor": "vs floor"}
 
 
-def print_header(threads, dtype, layout):
+def print_header(threads, dtype, layout, row_format=ROW_FORMAT, ratios=RATIOS):
     print()
     print(f"== {dtype} {layout}" + (f", {threads} threads" if threads else ""))
-    print(ROW_FORMAT.format("variant", "dtype", "layout", "thr", "n", "median us", "GB/s", "vs add", "vs floor"))
+    print(row_format.format(*COLUMNS, *ratios.values()))
 
 
 def _ratio(value):
     return "" if value is None else f"{value:.3f}x"
 
 
-def print_rows(rows):
+def print_rows(rows, row_format=ROW_FORMAT, ratios=RATIOS, labels=LABELS):
     for row in rows:
         print(
-            ROW_FORMAT.format(
-                LABELS[row["variant"]],
+            row_format.format(
+                labels[row["variant"]],
                 row["dtype"],
                 row["layout"],
                 row["threads"] or "-",
                 f"2^{row['log2n']}",
                 f"{row['median_us']:.2f}",
                 f"{row['gbps']:.1f}",
-                _ratio(row["vs_add"]),
-                _ratio(row["vs_floor"]),
+                *(_ratio(row[field]) for field in ratios),
             ),
             flush=True,
         )
@@ -321,11 +324,23 @@ def evaluate(target: Target, rows: list[dict], device: str, all_threads: int | N
     }
 
 
-def summarize(rows, device, all_threads) -> list[dict]:
+def evaluate_all(rows, device, all_threads) -> list[dict]:
+    """Every target of this device, judged over the rows."""
     results = [evaluate(target, rows, device, all_threads) for target in targets()]
-    results = [result for result in results if result is not None]
+    return [result for result in results if result is not None]
+
+
+def summarize(rows, device, all_threads) -> list[dict]:
+    return print_summary(evaluate_all(rows, device, all_threads))
+
+
+def print_summary(results: list[dict]) -> list[dict]:
+    """Prints a line per target: its status, worst ratio and where it is (or its note)."""
     print("\n== targets (worst case over the selected rows)")
     for result in results:
+        if result.get("note"):
+            print(f"{result['status']}  {result['target']}: {result['note']}")
+            continue
         if result["worst"] is None:
             print(f"n/a   {result['target']}: no measured rows in range")
             continue

@@ -4,14 +4,13 @@ the float64 reference it is checked against and the bytes it must move."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Callable
 
 import torch
 import torch._dynamo
 
-from bench_harness import Summed, Variant
+from bench_harness import Case, Summed, Variant, nbytes
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LAYOUTS = ("contiguous", "broadcast", "transposed")
@@ -31,25 +30,7 @@ FWD_BWD_VARIANTS = (
 
 
 # ----------------------------------------------------------------------------------------------
-# Inputs
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """One point of the sweep; its tensors are made by make_inputs."""
-
-    layout: str
-    dtype: str
-    log2n: int
-    threads: int | None  # CPU thread count, None on the GPU
-
-    @property
-    def n(self) -> int:
-        return 1 << self.log2n
-
-    def __str__(self):
-        threads = f", {self.threads} threads" if self.threads else ""
-        return f"{self.dtype} {self.layout} n=2^{self.log2n}{threads}"
+# Inputs (a bench_harness.Case each)
 
 
 def matrix_shape(log2n: int) -> tuple[int, int]:
@@ -98,11 +79,6 @@ def make_inputs(case: Case, device: torch.device):
         x, w = torch.randn(cols, rows, **make).t(), torch.randn(rows, cols, **make)
     y = torch.empty(x.shape, **make)
     return x, w, y
-
-
-def nbytes(*tensors: torch.Tensor) -> int:
-    """Bytes of each tensor's elements (a broadcast weight counts once, at its own size)."""
-    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -227,22 +203,26 @@ class Compiler:
     From 2^compile_static_from up, a static graph per size: what a model with fixed shapes gets,
     and on the GPU markedly faster than dynamic=True's kernels (bfloat16 ~0.6x torch.add with
     dynamic shapes, ~1.0x static, on an H200). Below, where launch and host time dominate, one
-    dynamic=True graph serves every size: a compile per size there would cost minutes."""
+    dynamic=True graph serves every size: a compile per size there would cost minutes.
+    weighted_square_sum_variants.Compiler is this one with its own composite (_compile)."""
 
     def __init__(self, args):
         self.enabled = not args.no_compile
         self.static_from = args.compile_static_from
         self.dynamic = None
 
+    def _compile(self, dynamic: bool):
+        return torch.compile(compile_composite, dynamic=dynamic)
+
     def for_size(self, log2n: int):
         if not self.enabled:
             return None
         if log2n >= self.static_from:
             torch._dynamo.reset()  # drop the previous size's graphs: no recompile pile-up
-            return torch.compile(compile_composite, dynamic=False)
+            return self._compile(dynamic=False)
         if self.dynamic is None:
             torch._dynamo.reset()
-            self.dynamic = torch.compile(compile_composite, dynamic=True)
+            self.dynamic = self._compile(dynamic=True)
         return self.dynamic
 
 

@@ -1,6 +1,7 @@
 """The benchmark harness (bench/bench_weighted_sum.py) on the CPU, at toy sizes: it checks every
 variant's values before timing, and writes one JSON row per variant, size and thread count with
-the ratios its targets are judged on."""
+the ratios its targets are judged on. run_bench runs a benchmark at toy settings for the other
+benchmarks' tests too (test_bench_weighted_square_sum.py)."""
 
 import json
 import subprocess
@@ -11,15 +12,24 @@ import torch
 
 from environment import LIBRARY, REPO
 
+# One thread, no torch.compile, two short rounds: a run of seconds that still takes every path.
+TOY_SETTINGS = ("--threads", "1", "--no-compile", "--min-run-time", "0.02", "--rounds", "2")
+
+
+def run_bench(script, *options):
+    """Runs bench/<script> on the CPU build of the library with `options` at TOY_SETTINGS; fails
+    the test, with the end of its output, where the run fails."""
+    command = [sys.executable, str(REPO / "bench" / script), "--library", str(LIBRARY), *options, *TOY_SETTINGS]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
 
 def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
     output = tmp_path / "result.json"
-    command = [
-        sys.executable,
-        str(REPO / "bench" / "bench_weighted_sum.py"),
+    run_bench(
+        "bench_weighted_sum.py",
         "--cpu",
-        "--library",
-        str(LIBRARY),
         "--min-log2",
         "10",
         "--max-log2",
@@ -30,18 +40,9 @@ def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
         "float32,bfloat16",
         "--layouts",
         "contiguous,broadcast",
-        "--threads",
-        "1",
-        "--no-compile",
-        "--min-run-time",
-        "0.02",
-        "--rounds",
-        "2",
         "--output",
         str(output),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    )
     data = json.loads(output.read_text())
     assert data["device"] == "cpu" and "median of 2 rounds" in data["timing"]
 
@@ -75,12 +76,9 @@ def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
 
 def test_cpu_run_of_the_per_channel_layouts(tmp_path):
     output = tmp_path / "result.json"
-    command = [
-        sys.executable,
-        str(REPO / "bench" / "bench_weighted_sum.py"),
+    run_bench(
+        "bench_weighted_sum.py",
         "--cpu",
-        "--library",
-        str(LIBRARY),
         "--min-log2",
         "10",
         "--max-log2",
@@ -91,18 +89,9 @@ def test_cpu_run_of_the_per_channel_layouts(tmp_path):
         "float32",
         "--layouts",
         "row_c1024,column_c1024,nchw_c1024",
-        "--threads",
-        "1",
-        "--no-compile",
-        "--min-run-time",
-        "0.02",
-        "--rounds",
-        "2",
         "--output",
         str(output),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    )
     data = json.loads(output.read_text())
     fwd_bwd = [row for row in data["rows"] if row["kind"] == "fwd_bwd" and row["variant"] == "ours_fwd_bwd"]
     # n >= 2C only (2^10 has no [R >= 2, 1024] shape), forward+backward without --fwd-bwd-layouts.

@@ -5,24 +5,20 @@ targets (PASS, MISS, and the compile target that holds where compile is never sl
 
 import datetime
 import json
-import subprocess
-import sys
 
 import pytest
 
-from environment import LIBRARY, REPO
+from environment import REPO
+from test_bench_harness import run_bench
 
 LAYOUTS = ("full", "rows_c16384", "columns", "broadcast_row")
 
 
 def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
-    command = [
-        sys.executable,
-        str(REPO / "bench" / "bench_weighted_square_sum.py"),
+    result = run_bench(  # one thread, no torch.compile, two short rounds
+        "bench_weighted_square_sum.py",
         "--device",
         "cpu",
-        "--library",
-        str(LIBRARY),
         "--min-log2",
         "14",
         "--max-log2",
@@ -31,20 +27,11 @@ def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
         "float32,bfloat16",
         "--layouts",
         ",".join(LAYOUTS),
-        "--threads",
-        "1",
-        "--no-compile",
-        "--min-run-time",
-        "0.02",
-        "--rounds",
-        "2",
         "--commit",
         "0123456789abcdef",
         "--out",
         str(tmp_path),  # a directory: the default name goes inside it
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    )
     [output] = tmp_path.iterdir()
     assert output.name == f"{datetime.date.today().isoformat()}-cpu-square-sum-0123456.json"
     data = json.loads(output.read_text())
