@@ -1,6 +1,7 @@
 #include "weighted_square_sum_frontend.h"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include <ATen/Functions.h>
@@ -151,8 +152,10 @@ at::Tensor sum_leftover(const at::Tensor& partial, const std::vector<int64_t>& l
 // The broadcast problem as a device loop's [outer, reduce, inner] views, without copying either
 // operand: the loop reduces the last reduced run; the kept axes after it form `inner`; the axes
 // before it form `outer` (its longest mergeable tail; the axes before that tail are batch axes,
-// one loop call per index: none in the common layouts). Reduced axes outside the run are summed
-// afterwards, from the loop's float32/float64 results.
+// one loop call per index: none in the common layouts). Where every axis is reduced and there is
+// no batch axis, the loop sums outer too (`total`); otherwise reduced axes outside the run are
+// summed afterwards, from the loop's float32/float64 results. The loop writes `out` itself when
+// out's dtype is one it writes (accumulation or operands') and nothing is left to sum.
 void reduce_into(
     const WeightedSquareSumLoops& loops,
     const at::Tensor& x,
@@ -181,36 +184,49 @@ void reduce_into(
     }
     partial_sizes.push_back(axes[a].size);
   }
-  const bool direct = leftover_reduced.empty() && out.scalar_type() == acc_dtype;  // out is contiguous
-  const auto partial = direct ? out : at::empty(partial_sizes, out.options().dtype(acc_dtype));
+  const bool total =
+      tail_begin == 0 && std::all_of(axes.begin(), axes.end(), [](const Axis& axis) { return axis.reduced; });
+  const bool loop_dtype = out.scalar_type() == acc_dtype || out.scalar_type() == x.scalar_type();
+  const bool direct = loop_dtype && (total || leftover_reduced.empty());  // out is contiguous
+  const auto partial =
+      direct ? out : at::empty(total ? std::vector<int64_t>{1} : partial_sizes, out.options().dtype(acc_dtype));
 
-  int64_t batches = 1;
-  for (size_t a = 0; a < tail_begin; ++a) {
-    batches *= axes[a].size;
-  }
-  const auto partial_slices = partial.view({batches, outer.size, inner.size});
-  for (const auto b : c10::irange(batches)) {
-    int64_t x_offset = x.storage_offset();
-    int64_t w_offset = w.storage_offset();
-    int64_t rest = b;
-    for (size_t a = tail_begin; a-- > 0;) {
-      const auto index = rest % axes[a].size;
-      rest /= axes[a].size;
-      x_offset += index * axes[a].input_stride;
-      w_offset += index * axes[a].weight_stride;
-    }
-    loops.reduce({
-        .out = partial_slices[b],
-        .input = x.as_strided(
+  const auto views_at = [&](int64_t x_offset, int64_t w_offset) {
+    return std::pair{
+        x.as_strided(
             {outer.size, reduce.size, inner.size}, {outer.input_stride, reduce.input_stride, inner.input_stride},
             x_offset),
-        .weight = w.as_strided(
+        w.as_strided(
             {outer.size, reduce.size, inner.size}, {outer.weight_stride, reduce.weight_stride, inner.weight_stride},
-            w_offset),
-    });
+            w_offset)};
+  };
+  if (total) {
+    const auto [input, weight] = views_at(x.storage_offset(), w.storage_offset());
+    loops.reduce({.out = partial.view({1}), .input = input, .weight = weight, .total = true});
+  } else {
+    int64_t batches = 1;
+    for (size_t a = 0; a < tail_begin; ++a) {
+      batches *= axes[a].size;
+    }
+    const auto partial_slices = partial.view({batches, outer.size, inner.size});
+    for (const auto b : c10::irange(batches)) {
+      int64_t x_offset = x.storage_offset();
+      int64_t w_offset = w.storage_offset();
+      int64_t rest = b;
+      for (size_t a = tail_begin; a-- > 0;) {
+        const auto index = rest % axes[a].size;
+        rest /= axes[a].size;
+        x_offset += index * axes[a].input_stride;
+        w_offset += index * axes[a].weight_stride;
+      }
+      const auto [input, weight] = views_at(x_offset, w_offset);
+      loops.reduce({.out = partial_slices[b], .input = input, .weight = weight});
+    }
   }
   if (!direct) {
-    out.copy_(sum_leftover(partial, leftover_reduced).view(out.sizes()));
+    // Nothing left to sum is no sum_leftover call: at::sum reads an empty dim list as every dim.
+    const bool sum_after = !total && !leftover_reduced.empty();
+    out.copy_((sum_after ? sum_leftover(partial, leftover_reduced) : partial).view(out.sizes()));
   }
 }
 

@@ -12,22 +12,28 @@
 
 namespace custom::detail {
 
-// What a device loop computes: out[o, i] = sum over r of weight[o, r, i] * input[o, r, i]**2.
+// What a device loop computes: out[o, i] = sum over r of weight[o, r, i] * input[o, r, i]**2, or
+// with `total`, out[0] = the sum over every o, r and i.
 struct WeightedSquareSumReduction {
-  // [outer, inner], contiguous, of the accumulation dtype of the operands
-  // (math::weighted_square_sum_acc_t: float32 for float16/bfloat16/float32, float64 for float64).
+  // Contiguous, [outer, inner] (one element with `total`), of the accumulation dtype
+  // (math::weighted_square_sum_acc_t: float32 for float16/bfloat16/float32, float64 for float64)
+  // or of the operands' dtype, which the loop's last write rounds to, once: no copy afterwards.
   at::Tensor out;
   // [outer, reduce, inner] views of one dtype, with any strides (0 where broadcast). reduce >= 1
   // and outer * inner >= 1: the frontend handles empty results and empty reductions.
   at::Tensor input;
   at::Tensor weight;
+  // A full reduction: the outer and inner dims are summed inside the loop too, in its own fixed
+  // order, with no partial tensor nor leftover sum after it.
+  bool total = false;
 };
 
 using ReductionLoop = void (*)(const WeightedSquareSumReduction& args);
 
 struct WeightedSquareSumLoops {
   // Writes every element of args.out. Sums in the accumulation dtype, in an order fixed by the
-  // shape alone (the same bits on every run and thread count), with the error of a pairwise sum.
+  // sizes and strides alone (the same bits on every run and thread count), with the error of a
+  // pairwise sum.
   ReductionLoop reduce = nullptr;
 };
 

@@ -1,5 +1,7 @@
 // CPU loop of weighted_square_sum: out[o, i] = sum over r of w[o, r, i] * x[o, r, i]**2, on the
-// [outer, reduce, inner] views the frontend built (ops/weighted_square_sum_frontend.h).
+// [outer, reduce, inner] views the frontend built (ops/weighted_square_sum_frontend.h), or with
+// `total` the sum of them all. `out` is of the accumulation dtype or the operands': the last write
+// rounds to it.
 //
 // Like weighted_sum_kernel.cpp, this file is compiled once per instruction set (DEFAULT and AVX2;
 // CMake sets CPU_CAPABILITY) and weighted_square_sum_cpu_dispatch.cpp picks one at run time.
@@ -7,9 +9,10 @@
 // Order and accuracy. The reduce dimension is cut into chunks whose bounds depend on the shape
 // alone. Each chunk is summed into a partial, in series per accumulator lane (at most
 // kSerialTerms terms in series), and the partials of one output are then added in a fixed
-// pairwise tree. The threads only decide who computes which partial, never the order of the
-// additions, so every thread count gives the same bits; and the error stays that of a pairwise
-// sum (float32: a few 1e-7 relative for 2^26 positive terms, like torch.sum's cascade).
+// pairwise tree. A total then adds the [outer, inner] sums in one more pairwise tree. The threads
+// only decide who computes which partial, never the order of the additions, so every thread count
+// gives the same bits; and the error stays that of a pairwise sum (float32: a few 1e-7 relative
+// for 2^26 positive terms, like torch.sum's cascade).
 //
 // Layouts, by the strides of the views (one path per call, chosen from the strides):
 // - Rows: the reduce dimension is contiguous in the input (the weight's is too, or broadcast):
@@ -24,6 +27,8 @@
 // (-fopenmp, as ATen is: cmake/CustomOpsCpuKernels.cmake adds it); any thread count, same bits.
 #include <algorithm>
 #include <array>
+#include <type_traits>
+#include <vector>
 
 #include <ATen/Parallel.h>
 #include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE, the work ATen gives one task at least
@@ -180,19 +185,30 @@ void add_into(acc_t* dst, const acc_t* src, int64_t n) {
   }
 }
 
+// dst[j] = src[j], rounded once where out_t is float16/bfloat16.
+template <typename out_t, typename acc_t>
+void store(out_t* dst, const acc_t* src, int64_t n) {
+  if constexpr (std::is_same_v<out_t, acc_t>) {
+    std::copy_n(src, n, dst);
+  } else {
+    at::vec::convert(src, dst, n);
+  }
+}
+
 // The schedule shared by every path. The reduce dimension is cut into chunks of chunk_rows rows,
 // the inner one into blocks of at least min_block_cols columns, both fixed by the shape;
 // sum_chunk(o, r0, r1, i0, i1, dst) writes the sums over rows [r0, r1) of columns [i0, i1) to
 // dst[0, i1 - i0). The work items (outer x chunks x blocks) run on all threads, each
-// into its own partials, which are then added in a fixed pairwise tree over the chunks.
-template <typename acc_t, typename SumChunk>
+// into its own partials, which are then added in a fixed pairwise tree over the chunks; the
+// roots go to out [outer, inner].
+template <typename acc_t, typename out_t, typename SumChunk>
 void reduce_in_chunks(
     int64_t outer,
     int64_t reduce,
     int64_t inner,
     int64_t chunk_rows,
     int64_t min_block_cols,
-    acc_t* out,
+    out_t* out,
     const SumChunk& sum_chunk) {
   const int64_t rows_per_item = std::min(reduce, chunk_rows);
   const int64_t chunks = at::divup(reduce, chunk_rows);
@@ -201,14 +217,19 @@ void reduce_in_chunks(
   const int64_t item_terms = rows_per_item * block_cols;
   const int64_t grain = std::max<int64_t>(1, at::internal::GRAIN_SIZE / item_terms);
 
-  // One chunk: no partials, the items write the output. Else partials [outer, chunks, inner].
+  // One chunk: no partials, the items write the output (through a per-task buffer where out is
+  // narrower). Else partials [outer, chunks, inner].
   at::Tensor partials;
-  acc_t* const sums = chunks == 1 ? out : [&] {
+  acc_t* sums = nullptr;
+  if (chunks > 1) {
     partials = at::empty({outer, chunks, inner}, at::TensorOptions().dtype(c10::CppTypeToScalarType<acc_t>::value));
-    return partials.mutable_data_ptr<acc_t>();
-  }();
+    sums = partials.mutable_data_ptr<acc_t>();
+  } else if constexpr (std::is_same_v<acc_t, out_t>) {
+    sums = out;
+  }
 
   at::parallel_for(0, outer * chunks * blocks, grain, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> staged(sums == nullptr ? block_cols : 0);
     // Item = (o, chunk, block), block fastest; counted up rather than divided out per item,
     // which would cost more than a short row's sum.
     int64_t block = begin % blocks;
@@ -218,7 +239,13 @@ void reduce_in_chunks(
       const int64_t r0 = chunk * chunk_rows;
       const int64_t i0 = block * block_cols;
       const int64_t i1 = std::min(i0 + block_cols, inner);
-      sum_chunk(o, r0, std::min(r0 + chunk_rows, reduce), i0, i1, sums + (o * chunks + chunk) * inner + i0);
+      const int64_t r1 = std::min(r0 + chunk_rows, reduce);
+      if (sums == nullptr) {
+        sum_chunk(o, r0, r1, i0, i1, staged.data());
+        store(out + o * inner + i0, staged.data(), i1 - i0);
+      } else {
+        sum_chunk(o, r0, r1, i0, i1, sums + (o * chunks + chunk) * inner + i0);
+      }
       if (++block == blocks) {
         block = 0;
         if (++chunk == chunks) {
@@ -232,7 +259,7 @@ void reduce_in_chunks(
     return;
   }
 
-  // Pairwise over the chunks: sizes 1, 2, 4, ... merged in place, then the root copied out.
+  // Pairwise over the chunks: sizes 1, 2, 4, ... merged in place, then the root stored.
   at::parallel_for(0, outer * blocks, std::max<int64_t>(1, grain / chunks), [&](int64_t begin, int64_t end) {
     for (const auto item : c10::irange(begin, end)) {
       const int64_t o = item / blocks;
@@ -244,12 +271,29 @@ void reduce_in_chunks(
           add_into(column + c * inner, column + (c + step) * inner, width);
         }
       }
-      std::copy_n(column, width, out + o * inner + i0);
+      store(out + o * inner + i0, column, width);
     }
   });
 }
 
-// Strides in elements of a [outer, reduce, inner] view.
+// The sum of v[0, n), pairwise, overwriting v: each level adds v[j + half] into v[j] (an odd last
+// value into v[0]). The tree follows n alone and a level's adds are independent, so the threads
+// that share them do not change the bits.
+template <typename acc_t>
+acc_t tree_sum(acc_t* v, int64_t n) {
+  while (n > 1) {
+    const int64_t half = n / 2;
+    at::parallel_for(0, half, at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+      add_into(v + begin, v + half + begin, end - begin);
+    });
+    if (n % 2 == 1) {
+      v[0] += v[2 * half];
+    }
+    n = half;
+  }
+  return v[0];
+}
+
 // Strides, in elements, of an [outer, reduce, inner] view.
 struct Strides {
   int64_t outer, reduce, inner;
@@ -261,15 +305,15 @@ bool contiguous_or_broadcast(int64_t stride) {
   return stride == 1 || stride == 0;
 }
 
-template <typename scalar_t>
-void reduce_typed(at::Tensor out, at::Tensor input, at::Tensor weight) {
+// out[o, i] = the sum over r, into out [outer, inner] (of out_t: acc or scalar_t), by the layout's path.
+template <typename scalar_t, typename out_t>
+void reduce_layout(at::Tensor input, at::Tensor weight, out_t* out) {
   using acc = acc_t<scalar_t>;
   // With one inner column, out [outer, 1] is also [1, outer]: an outer dimension that is
   // contiguous (x.t() summed over its last dimension) then becomes a vectorizable inner one.
   if (input.size(2) == 1 && input.stride(1) != 1 && input.stride(0) == 1) {
     input = input.permute({2, 1, 0});
     weight = weight.permute({2, 1, 0});
-    out = out.view({1, -1});
   }
   const int64_t outer = input.size(0);
   const int64_t reduce = input.size(1);
@@ -278,7 +322,6 @@ void reduce_typed(at::Tensor out, at::Tensor input, at::Tensor weight) {
   const Strides ws(weight);
   const scalar_t* const x = input.const_data_ptr<scalar_t>();
   const scalar_t* const w = weight.const_data_ptr<scalar_t>();
-  acc* const dst_out = out.mutable_data_ptr<acc>();
 
   if (inner > 1 && xs.inner == 1 && contiguous_or_broadcast(ws.inner)) {
     const auto sum_columns = [&](auto weight_contiguous) {
@@ -287,7 +330,7 @@ void reduce_typed(at::Tensor out, at::Tensor input, at::Tensor weight) {
         column_sums<scalar_t, kWeightContiguous>(
             x + xs.at(o, r0, i0), xs.reduce, w + ws.at(o, r0, i0), ws.reduce, r1 - r0, i1 - i0, dst);
       };
-      reduce_in_chunks(outer, reduce, inner, kSerialTerms, kColumnBlock, dst_out, sum_chunk);
+      reduce_in_chunks<acc>(outer, reduce, inner, kSerialTerms, kColumnBlock, out, sum_chunk);
     };
     ws.inner == 1 ? sum_columns(std::true_type{}) : sum_columns(std::false_type{});
   } else if (xs.reduce == 1 && contiguous_or_broadcast(ws.reduce)) {
@@ -300,7 +343,7 @@ void reduce_typed(at::Tensor out, at::Tensor input, at::Tensor weight) {
           dst[i - i0] = row_sum<scalar_t, kWeightContiguous>(x + xs.at(o, r0, i), w + ws.at(o, r0, i), r1 - r0);
         }
       };
-      reduce_in_chunks(outer, reduce, inner, kChunk, 1, dst_out, sum_chunk);
+      reduce_in_chunks<acc>(outer, reduce, inner, kChunk, 1, out, sum_chunk);
     };
     ws.reduce == 1 ? sum_rows(std::true_type{}) : sum_rows(std::false_type{});
   } else {
@@ -313,15 +356,42 @@ void reduce_typed(at::Tensor out, at::Tensor input, at::Tensor weight) {
         }
       }
     };
-    reduce_in_chunks(outer, reduce, inner, kSerialTerms, 1, dst_out, sum_chunk);
+    reduce_in_chunks<acc>(outer, reduce, inner, kSerialTerms, 1, out, sum_chunk);
   }
+}
+
+template <typename scalar_t, typename out_t>
+void reduce_typed(const detail::WeightedSquareSumReduction& args) {
+  using acc = acc_t<scalar_t>;
+  out_t* const out = args.out.mutable_data_ptr<out_t>();
+  if (!args.total) {
+    reduce_layout<scalar_t>(args.input, args.weight, out);
+    return;
+  }
+  // The [outer, inner] sums, then one pairwise tree over them all.
+  const int64_t n = args.input.size(0) * args.input.size(2);
+  acc single = 0;
+  at::Tensor sums;
+  if (n > 1) {
+    sums = at::empty({n}, at::TensorOptions().dtype(c10::CppTypeToScalarType<acc>::value));
+  }
+  acc* const values = n > 1 ? sums.mutable_data_ptr<acc>() : &single;
+  reduce_layout<scalar_t>(args.input, args.weight, values);
+  *out = static_cast<out_t>(tree_sum(values, n));
 }
 
 void reduce(const detail::WeightedSquareSumReduction& args) {
   TORCH_INTERNAL_ASSERT(args.input.dim() == 3 && args.weight.sizes() == args.input.sizes());
   TORCH_INTERNAL_ASSERT(args.input.scalar_type() == args.weight.scalar_type() && args.out.is_contiguous());
+  TORCH_INTERNAL_ASSERT(args.out.numel() == (args.total ? 1 : args.input.size(0) * args.input.size(2)));
   CUSTOM_OPS_DISPATCH_FLOATING_TYPES(args.input.scalar_type(), "weighted_square_sum_cpu", [&] {
-    reduce_typed<scalar_t>(args.out, args.input, args.weight);
+    using acc = acc_t<scalar_t>;
+    if (args.out.scalar_type() == c10::CppTypeToScalarType<acc>::value) {
+      reduce_typed<scalar_t, acc>(args);
+    } else {
+      TORCH_INTERNAL_ASSERT(args.out.scalar_type() == args.input.scalar_type());
+      reduce_typed<scalar_t, scalar_t>(args);
+    }
   });
 }
 

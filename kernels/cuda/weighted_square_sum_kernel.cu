@@ -1,13 +1,18 @@
 // The CUDA reduction of weighted_square_sum: out[o, i] = sum over r of w * x**2 on the frontend's
-// [outer, reduce, inner] views. The frontend has checked the arguments and chosen the views;
-// this file only reduces. One pass over the operands, in two deterministic stages: stage 1 writes
-// partial sums to a buffer in a layout fixed by the shape, stage 2 adds them in a fixed tree
-// (no atomics), so every run gives the same bits. weighted_square_sum_plan.h picks the kernel
-// (Rows or Tiles) and the cut of the reduced dim; each term is math::WeightedSquareSumTerm, summed
-// in its accumulation type (float32 for float16/bfloat16/float32, float64 for float64).
+// [outer, reduce, inner] views, or with `total` the one sum of them all. The frontend has checked
+// the arguments and chosen the views; this file only reduces. One pass over the operands, in at
+// most two deterministic stages: stage 1 writes partial sums to a buffer in a layout fixed by the
+// shape, stage 2 adds them in a fixed tree, so every run gives the same bits. A total fuses
+// stage 2 into stage 1: the last block to finish (found with an atomic counter, the only atomic:
+// it decides who adds, never in which order) adds every partial in a fixed order.
+// weighted_square_sum_plan.h picks the kernel (Rows or Tiles) and the cut of the reduced dim; each
+// term is math::WeightedSquareSumTerm, summed in its accumulation type (float32 for
+// float16/bfloat16/float32, float64 for float64). The last write rounds to out's dtype, the
+// accumulation one or the operands' (float16/bfloat16), once.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include <ATen/Dispatch.h>
 #include <ATen/ceil_div.h>
@@ -31,7 +36,7 @@ namespace {
 namespace square_sum = cuda::square_sum;
 using square_sum::kThreads;
 using square_sum::kWarp;
-constexpr int kWarpsPerBlock = kThreads / kWarp;
+using square_sum::kWarpsPerBlock;
 // At most 64 registers a thread: 32 warps an SM, enough loads in flight to cover HBM latency.
 constexpr int kMinBlocksPerSm = 4;
 // A grid-stride loop covers the rest: every kernel's work item writes its own partial, so the
@@ -95,13 +100,98 @@ __device__ __forceinline__ T warp_sum(T value) {
   return value;
 }
 
+// Thread 0 gets the block's sum: each warp's by shuffles, then the warps' sums. Every thread of
+// the block calls it; `shared` [kWarpsPerBlock] is free again on return.
+template <typename T>
+__device__ __forceinline__ T block_sum(T value, T* shared) {
+  const int warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  value = warp_sum(value);
+  if (lane == 0) {
+    shared[warp] = value;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    value = warp_sum(lane < kWarpsPerBlock ? shared[lane] : T(0));
+  }
+  __syncthreads();
+  return value;
+}
+
+// ---- Totals: partials, and the last block done -------------------------------------------------
+
+template <typename acc, typename out_t>
+struct TotalArgs {
+  acc* partial;  // [partials]; nullptr: a single work item, which writes out itself
+  unsigned int* counter;  // zero at launch; nullptr: stage 2 passes add the partials
+  out_t* out;  // one element
+  int64_t partials;
+};
+
+// A total's kernels run one block per work item (no grid-stride loop: fewer registers live across
+// the loads), on a 2-D grid past kMaxBlocks items; blocks past the last item only count.
+__device__ __forceinline__ int64_t total_item() {
+  return static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+}
+
+// Thread 0, with block work item p's sum.
+template <typename acc, typename out_t>
+__device__ __forceinline__ void store_partial(const TotalArgs<acc, out_t>& a, int64_t p, acc sum) {
+  if (a.partial == nullptr) {
+    *a.out = static_cast<out_t>(sum);
+  } else {
+    a.partial[p] = sum;
+  }
+}
+
+// After a block's last store_partial: the last block to get here adds every partial, in an order
+// that does not depend on which block that is (thread t: partials t, t + kThreads, ... in series,
+// then block_sum), and writes out[0].
+template <typename acc, typename out_t>
+__device__ __forceinline__ void finish_total(const TotalArgs<acc, out_t>& a, acc* shared) {
+  if (a.counter == nullptr) {
+    return;
+  }
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    // Thread 0 stored this block's partials: they reach device scope before the count does.
+    __threadfence();
+    last = atomicAdd(a.counter, 1u) == gridDim.x * gridDim.y - 1;
+  }
+  __syncthreads();
+  if (!last) {
+    return;
+  }
+  // Every other block counted after its fence: its partials are visible. The loads go to L2
+  // (__ldcg), never to an L1 line this SM might hold from before.
+  __threadfence();
+  acc sum = 0;
+#pragma unroll 1
+  for (int64_t p = threadIdx.x; p < a.partials; p += int64_t{kThreads} * kChunkLoads) {
+    acc values[kChunkLoads];
+#pragma unroll
+    for (int u = 0; u < kChunkLoads; ++u) {
+      values[u] = p + u * kThreads < a.partials ? __ldcg(a.partial + p + u * kThreads) : acc(0);
+    }
+#pragma unroll
+    for (int u = 0; u < kChunkLoads; ++u) {
+      if (p + u * kThreads < a.partials) {
+        sum += values[u];
+      }
+    }
+  }
+  sum = block_sum(sum, shared);
+  if (threadIdx.x == 0) {
+    *a.out = static_cast<out_t>(sum);
+  }
+}
+
 // ---- Rows: one warp per segment of a contiguous row --------------------------------------------
 
 template <typename scalar_t>
 struct RowsArgs {
   const scalar_t* input;
   const scalar_t* weight;
-  acc_t<scalar_t>* partial;  // [rows, splits]: out itself when splits == 1
   int64_t length;
   int64_t input_row_stride;
   int64_t weight_row_stride;
@@ -110,59 +200,103 @@ struct RowsArgs {
   int64_t segments;  // rows * splits
 };
 
+// Lane `lane` of a warp adds its terms of segment s into sums: element j of groups lane, lane +
+// 32, ... into sums[j] (kN chains of count / (32 kN)), a tail element into sums[0].
 // kWeightFixed: one weight per row (a weight broadcast along the reduced dim).
 template <typename scalar_t, bool kVectorized, bool kWeightFixed>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_kernel(RowsArgs<scalar_t> a) {
+__device__ __forceinline__ void add_segment(
+    const RowsArgs<scalar_t>& a, int64_t s, int lane, acc_t<scalar_t> (&sums)[kVec<scalar_t>]) {
   constexpr int kN = kVec<scalar_t>;
-  using acc = acc_t<scalar_t>;
+  const int64_t row = s / a.splits;
+  const int64_t begin = (s % a.splits) * a.segment;
+  const int64_t count = std::min(a.segment, a.length - begin);
+  const scalar_t* x = a.input + row * a.input_row_stride + begin;
+  const scalar_t* w = a.weight + row * a.weight_row_stride + (kWeightFixed ? 0 : begin);
+  const scalar_t fixed_w = kWeightFixed ? *w : scalar_t(0);
+  const int64_t groups = count / kN;
+  constexpr int kU = kUnroll<scalar_t, kWeightFixed>;
+  // kU groups a lane, 32 apart: every load first, then the adds in group order. kChecked: the
+  // last batch, whose groups may run past the segment; the others have no per-load branch, which
+  // keeps all their loads in flight together (ptxas serializes the checked ones).
+  const auto batch = [&](int64_t g0, auto checked) {
+    constexpr bool kChecked = decltype(checked)::value;
+    Group<scalar_t, kN> xg[kU];
+    Group<scalar_t, kN> wg[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t g = g0 + u * kWarp;
+      if (!kChecked || g < groups) {
+        xg[u] = load_group<kVectorized, kN>(x + g * kN);
+        if constexpr (!kWeightFixed) {
+          wg[u] = load_group<kVectorized, kN>(w + g * kN);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (!kChecked || g0 + u * kWarp < groups) {
+#pragma unroll
+        for (int j = 0; j < kN; ++j) {
+          sums[j] += math::WeightedSquareSumTerm{}(xg[u].val[j], kWeightFixed ? fixed_w : wg[u].val[j]);
+        }
+      }
+    }
+  };
+  int64_t g0 = lane;
+#pragma unroll 1
+  for (; g0 + (kU - 1) * kWarp < groups; g0 += kWarp * kU) {
+    batch(g0, std::false_type{});
+  }
+  if (g0 < groups) {
+    batch(g0, std::true_type{});
+  }
+  // The last count % kN elements of a row whose length is not a multiple of kN.
+  const int64_t tail = groups * kN + lane;
+  if (tail < count) {
+    sums[0] += math::WeightedSquareSumTerm{}(x[tail], kWeightFixed ? fixed_w : w[tail]);
+  }
+}
+
+// out[s] = the sum of segment s, one warp each (out: the partials [rows, splits], or the result
+// itself when splits == 1).
+template <typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_kernel(RowsArgs<scalar_t> a, out_t* out) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   for (int64_t s = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; s < a.segments;
        s += warps) {
-    const int64_t row = s / a.splits;
-    const int64_t begin = (s % a.splits) * a.segment;
-    const int64_t count = std::min(a.segment, a.length - begin);
-    const scalar_t* x = a.input + row * a.input_row_stride + begin;
-    const scalar_t* w = a.weight + row * a.weight_row_stride + (kWeightFixed ? 0 : begin);
-    const scalar_t fixed_w = kWeightFixed ? *w : scalar_t(0);
-
-    // Lane l adds element j of groups l, l + 32, ... into sums[j]: kN chains of count / (32 kN).
-    acc sums[kN] = {};
-    const int64_t groups = count / kN;
-#pragma unroll 1  // the batch below is the unrolling
-    for (int64_t g0 = lane; g0 < groups; g0 += kWarp * kUnroll<scalar_t, kWeightFixed>) {
-      Group<scalar_t, kN> xg[kUnroll<scalar_t, kWeightFixed>];
-      Group<scalar_t, kN> wg[kUnroll<scalar_t, kWeightFixed>];
-#pragma unroll
-      for (int u = 0; u < kUnroll<scalar_t, kWeightFixed>; ++u) {
-        const int64_t g = g0 + u * kWarp;
-        if (g < groups) {
-          xg[u] = load_group<kVectorized, kN>(x + g * kN);
-          if constexpr (!kWeightFixed) {
-            wg[u] = load_group<kVectorized, kN>(w + g * kN);
-          }
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll<scalar_t, kWeightFixed>; ++u) {
-        if (g0 + u * kWarp < groups) {
-#pragma unroll
-          for (int j = 0; j < kN; ++j) {
-            sums[j] += math::WeightedSquareSumTerm{}(xg[u].val[j], kWeightFixed ? fixed_w : wg[u].val[j]);
-          }
-        }
-      }
-    }
-    // The last count % kN elements of a row whose length is not a multiple of kN.
-    const int64_t tail = groups * kN + lane;
-    if (tail < count) {
-      sums[0] += math::WeightedSquareSumTerm{}(x[tail], kWeightFixed ? fixed_w : w[tail]);
-    }
-    const acc total = warp_sum(group_sum(sums));
+    acc_t<scalar_t> sums[kVec<scalar_t>] = {};
+    add_segment<scalar_t, kVectorized, kWeightFixed>(a, s, lane, sums);
+    const auto sum = warp_sum(group_sum(sums));
     if (lane == 0) {
-      a.partial[s] = total;
+      out[s] = static_cast<out_t>(sum);
     }
   }
+}
+
+// A total on Rows: block work item p's warp k adds segments [(p * kWarpsPerBlock + k) * run, ...
+// + run) into its lanes' sums; the block's sum is partial p.
+template <typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_total_kernel(
+    RowsArgs<scalar_t> a, int64_t run, TotalArgs<acc_t<scalar_t>, out_t> total) {
+  using acc = acc_t<scalar_t>;
+  __shared__ acc shared[kWarpsPerBlock];
+  const int64_t p = total_item();
+  if (p < total.partials) {
+    acc sums[kVec<scalar_t>] = {};
+    const int64_t first = (p * kWarpsPerBlock + threadIdx.x / kWarp) * run;
+    // run <= kMaxSerial: a 32-bit count.
+    const int count = static_cast<int>(std::clamp<int64_t>(a.segments - first, 0, run));
+#pragma unroll 1
+    for (int k = 0; k < count; ++k) {
+      add_segment<scalar_t, kVectorized, kWeightFixed>(a, first + k, threadIdx.x % kWarp, sums);
+    }
+    const acc sum = block_sum(group_sum(sums), shared);
+    if (threadIdx.x == 0) {
+      store_partial(total, p, sum);
+    }
+  }
+  finish_total(total, shared);
 }
 
 // ---- Tiles: a block per [rows of a chunk] x [column groups] tile -------------------------------
@@ -198,25 +332,48 @@ Tiles tiles_argument(const square_sum::TilesPlan& p) {
   };
 }
 
-// The loop both tile kernels share. For each tile, thread (row thread tr, column thread tc) has
-// sum_rows(o, i, valid, r, r_end, sums) add rows r, r + row_threads, ... < r_end of the column
-// group at inner index i (`valid` elements of it) into sums[0..kN); the row threads' sums are then
-// added in a fixed shared-memory tree and row thread 0 writes them to dst[o, chunk, i..].
-template <int kN, typename acc, typename SumRows>
-__device__ __forceinline__ void for_each_tile(const Tiles& t, acc* dst, const SumRows& sum_rows) {
+// Where thread (row thread tr, column thread tc) works in a tile: the column group at inner index
+// i (`valid` elements of it, 0 past the last group) of outer index o, over rows r, r +
+// row_threads, ... < r_end of chunk `chunk`.
+struct TileSpan {
+  int64_t o;
+  int64_t chunk;
+  int64_t i;
+  int64_t r;
+  int64_t r_end;
+  int valid;
+};
+
+template <int kN>
+__device__ __forceinline__ TileSpan tile_span(const Tiles& t, int64_t tile, int tc, int tr) {
+  const int64_t column = (tile % t.column_tiles) * t.col_threads + tc;
+  const int64_t chunk = (tile / t.column_tiles) % t.chunks;
+  const int64_t i = column * kN;
+  const int64_t first = chunk * t.rows_per_chunk;
+  return {
+      tile / t.column_tiles / t.chunks,
+      chunk,
+      i,
+      first + tr,
+      std::min(t.reduce, first + t.rows_per_chunk),
+      column < t.columns ? static_cast<int>(std::min<int64_t>(kN, t.inner - i)) : 0,
+  };
+}
+
+// The loop the non-total tile kernels share. For each tile, each thread has
+// sum_rows(span, sums) add its rows of its column group into sums[0..kN); the row threads' sums
+// are then added in a fixed shared-memory tree and row thread 0 writes them to dst[o, chunk, i..],
+// in dst's type.
+template <int kN, typename acc, typename out_t, typename SumRows>
+__device__ __forceinline__ void for_each_tile(const Tiles& t, out_t* dst, const SumRows& sum_rows) {
   __shared__ acc scratch[kN][kThreads];
   const int tc = threadIdx.x % t.col_threads;
   const int tr = threadIdx.x / t.col_threads;
   for (int64_t tile = blockIdx.x; tile < t.tiles; tile += gridDim.x) {
-    const int64_t column = (tile % t.column_tiles) * t.col_threads + tc;
-    const int64_t chunk = (tile / t.column_tiles) % t.chunks;
-    const int64_t o = tile / t.column_tiles / t.chunks;
-    const int64_t i = column * kN;
-    const int valid = column < t.columns ? static_cast<int>(std::min<int64_t>(kN, t.inner - i)) : 0;
+    const TileSpan span = tile_span<kN>(t, tile, tc, tr);
     acc sums[kN] = {};
-    if (valid > 0) {
-      const int64_t first = chunk * t.rows_per_chunk;
-      sum_rows(o, i, valid, first + tr, std::min(t.reduce, first + t.rows_per_chunk), sums);
+    if (span.valid > 0) {
+      sum_rows(span, sums);
     }
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
@@ -234,69 +391,125 @@ __device__ __forceinline__ void for_each_tile(const Tiles& t, acc* dst, const Su
     }
     // Each thread reads back only its own slot, so the next tile may overwrite the others.
     if (tr == 0) {
-      for (int j = 0; j < valid; ++j) {
-        dst[(o * t.chunks + chunk) * t.inner + i + j] = scratch[j][threadIdx.x];
+      for (int j = 0; j < span.valid; ++j) {
+        dst[(span.o * t.chunks + span.chunk) * t.inner + span.i + j] = static_cast<out_t>(scratch[j][threadIdx.x]);
       }
     }
   }
 }
 
-// Stage 1 on Tiles. kVectorized: inner contiguous, every group 16-byte aligned. kWeightFixed: the
-// weight is constant along reduce, so each thread reads its group's weights once per tile.
+// A thread's terms of a tile (its span) added into sums. kVectorized: inner contiguous, every
+// group 16-byte aligned. kWeightFixed: the weight is constant along reduce, so the group's weights
+// are read once per tile.
 template <typename scalar_t, bool kVectorized, bool kWeightFixed>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) tiles_kernel(
-    Tiles t, const scalar_t* input, const scalar_t* weight, acc_t<scalar_t>* partial) {
+__device__ __forceinline__ void add_tile_rows(
+    const Tiles& t,
+    const scalar_t* input,
+    const scalar_t* weight,
+    const TileSpan& span,
+    acc_t<scalar_t> (&sums)[kVec<scalar_t>]) {
   constexpr int kN = kVec<scalar_t>;
-  using acc = acc_t<scalar_t>;
-  for_each_tile<kN>(t, partial, [&](int64_t o, int64_t i, int valid, int64_t r, int64_t r_end, acc(&sums)[kN]) {
-    const int64_t* xs = t.input_strides;
-    const int64_t* ws = t.weight_strides;
-    const scalar_t* x = input + o * xs[0] + i * xs[2];
-    const scalar_t* w = weight + o * ws[0] + i * ws[2];
-    Group<scalar_t, kN> fixed_w;
-    if constexpr (kWeightFixed) {
-      fixed_w = load_group<false, kN>(w, ws[2], valid);
-    }
-    const int64_t step = t.row_threads;
-#pragma unroll 1  // the batch below is the unrolling
-    for (; r < r_end; r += step * kUnroll<scalar_t, kWeightFixed>) {
-      Group<scalar_t, kN> xg[kUnroll<scalar_t, kWeightFixed>];
-      Group<scalar_t, kN> wg[kUnroll<scalar_t, kWeightFixed>];
+  const int64_t* xs = t.input_strides;
+  const int64_t* ws = t.weight_strides;
+  const scalar_t* x = input + span.o * xs[0] + span.i * xs[2];
+  const scalar_t* w = weight + span.o * ws[0] + span.i * ws[2];
+  const int valid = span.valid;
+  Group<scalar_t, kN> fixed_w;
+  if constexpr (kWeightFixed) {
+    fixed_w = load_group<false, kN>(w, ws[2], valid);
+  }
+  const int64_t step = t.row_threads;
+  const int64_t r_end = span.r_end;
+  constexpr int kU = kUnroll<scalar_t, kWeightFixed>;
+  // kU rows, step apart: every load first, then the adds in row order; as add_segment's batches.
+  const auto batch = [&](int64_t r, auto checked) {
+    constexpr bool kChecked = decltype(checked)::value;
+    Group<scalar_t, kN> xg[kU];
+    Group<scalar_t, kN> wg[kU];
 #pragma unroll
-      for (int u = 0; u < kUnroll<scalar_t, kWeightFixed>; ++u) {
-        const int64_t row = r + u * step;
-        if (row < r_end) {
-          xg[u] = load_group<kVectorized, kN>(x + row * xs[1], xs[2], valid);
-          if constexpr (!kWeightFixed) {
-            wg[u] = load_group<kVectorized, kN>(w + row * ws[1], ws[2], valid);
-          }
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll<scalar_t, kWeightFixed>; ++u) {
-        if (r + u * step < r_end) {
-#pragma unroll
-          for (int j = 0; j < kN; ++j) {
-            // Skip the padding of a partial group: w * 0 is not 0 for an infinite w.
-            if (kVectorized || j < valid) {
-              sums[j] += math::WeightedSquareSumTerm{}(xg[u].val[j], kWeightFixed ? fixed_w.val[j] : wg[u].val[j]);
-            }
-          }
+    for (int u = 0; u < kU; ++u) {
+      const int64_t row = r + u * step;
+      if (!kChecked || row < r_end) {
+        xg[u] = load_group<kVectorized, kN>(x + row * xs[1], xs[2], valid);
+        if constexpr (!kWeightFixed) {
+          wg[u] = load_group<kVectorized, kN>(w + row * ws[1], ws[2], valid);
         }
       }
     }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (!kChecked || r + u * step < r_end) {
+#pragma unroll
+        for (int j = 0; j < kN; ++j) {
+          // Skip the padding of a partial group: w * 0 is not 0 for an infinite w.
+          if (kVectorized || j < valid) {
+            sums[j] += math::WeightedSquareSumTerm{}(xg[u].val[j], kWeightFixed ? fixed_w.val[j] : wg[u].val[j]);
+          }
+        }
+      }
+    }
+  };
+  int64_t r = span.r;
+  // Unchecked batches first for 16-bit types only: ptxas serializes their checked loads; for the
+  // others it keeps those in flight, and the split only adds registers across the tile loop.
+  if constexpr (sizeof(scalar_t) == 2) {
+#pragma unroll 1
+    for (; r + (kU - 1) * step < r_end; r += step * kU) {
+      batch(r, std::false_type{});
+    }
+  }
+#pragma unroll 1
+  for (; r < r_end; r += step * kU) {
+    batch(r, std::true_type{});
+  }
+}
+
+// Stage 1 on Tiles: out [outer, chunks, inner] (the result itself when chunks == 1).
+template <typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) tiles_kernel(
+    Tiles t, const scalar_t* input, const scalar_t* weight, out_t* out) {
+  for_each_tile<kVec<scalar_t>, acc_t<scalar_t>>(t, out, [&](const TileSpan& span, auto& sums) {
+    add_tile_rows<scalar_t, kVectorized, kWeightFixed>(t, input, weight, span, sums);
   });
 }
 
-// Stage 2: out[o, i] = the sum over chunks of partial[o, chunk, i] (any strides).
-template <typename acc>
-__global__ void __launch_bounds__(kThreads) sum_chunks_kernel(Tiles t, const acc* partial, acc* out) {
-  for_each_tile<1>(t, out, [&](int64_t o, int64_t i, int /*valid*/, int64_t r, int64_t r_end, acc(&sums)[1]) {
-    const int64_t* s = t.input_strides;
-    const acc* p = partial + o * s[0] + i * s[2];
-    const int64_t step = t.row_threads;
+// A total on Tiles: block work item p adds tiles [p * run, (p + 1) * run) into its threads' sums;
+// the block's sum is partial p.
+template <typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) tiles_total_kernel(
+    Tiles t, const scalar_t* input, const scalar_t* weight, int64_t run, TotalArgs<acc_t<scalar_t>, out_t> total) {
+  using acc = acc_t<scalar_t>;
+  constexpr int kN = kVec<scalar_t>;
+  __shared__ acc shared[kWarpsPerBlock];
+  const int64_t p = total_item();
+  if (p < total.partials) {
+    acc sums[kN] = {};
+    const int count = static_cast<int>(std::min(run, t.tiles - p * run));  // run <= kMaxSerial
 #pragma unroll 1
-    for (; r < r_end; r += step * kChunkLoads) {
+    for (int k = 0; k < count; ++k) {
+      const TileSpan span = tile_span<kN>(t, p * run + k, threadIdx.x % t.col_threads, threadIdx.x / t.col_threads);
+      if (span.valid > 0) {
+        add_tile_rows<scalar_t, kVectorized, kWeightFixed>(t, input, weight, span, sums);
+      }
+    }
+    const acc sum = block_sum(group_sum(sums), shared);
+    if (threadIdx.x == 0) {
+      store_partial(total, p, sum);
+    }
+  }
+  finish_total(total, shared);
+}
+
+// Stage 2: out[o, i] = the sum over chunks of partial[o, chunk, i] (any strides), in out's type.
+template <typename acc, typename out_t>
+__global__ void __launch_bounds__(kThreads) sum_chunks_kernel(Tiles t, const acc* partial, out_t* out) {
+  for_each_tile<1, acc>(t, out, [&](const TileSpan& span, acc(&sums)[1]) {
+    const int64_t* s = t.input_strides;
+    const acc* p = partial + span.o * s[0] + span.i * s[2];
+    const int64_t step = t.row_threads;
+    const int64_t r_end = span.r_end;
+#pragma unroll 1
+    for (int64_t r = span.r; r < r_end; r += step * kChunkLoads) {
       acc values[kChunkLoads];
 #pragma unroll
       for (int u = 0; u < kChunkLoads; ++u) {
@@ -329,32 +542,61 @@ void with_flags(bool a, bool b, const F& f) {
 }
 
 template <typename scalar_t>
-void launch_rows(const square_sum::Plan& plan, const scalar_t* x, const scalar_t* w, acc_t<scalar_t>* dst) {
-  const auto& r = plan.rows;
-  const RowsArgs<scalar_t> args{
-      x, w, dst, r.length, r.input_row_stride, r.weight_row_stride, r.splits, r.segment, r.rows * r.splits};
-  const auto grid = grid_for(at::ceil_div<int64_t>(args.segments, kWarpsPerBlock));
+RowsArgs<scalar_t> rows_argument(const square_sum::RowsPlan& r, const scalar_t* x, const scalar_t* w) {
+  return {x, w, r.length, r.input_row_stride, r.weight_row_stride, r.splits, r.segment, r.rows * r.splits};
+}
+
+// Stage 1, not total: out gets one value per (output, chunk).
+template <typename scalar_t, typename out_t>
+void launch_stage1(const square_sum::Plan& plan, const scalar_t* x, const scalar_t* w, out_t* out) {
+  const auto stream = at::cuda::getCurrentCUDAStream();
   with_flags(plan.vectorized, plan.weight_fixed, [&](auto vectorized, auto weight_fixed) {
-    rows_kernel<scalar_t, decltype(vectorized)::value, decltype(weight_fixed)::value>
-        <<<grid, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(args);
+    constexpr bool kVectorized = decltype(vectorized)::value;
+    constexpr bool kWeightFixed = decltype(weight_fixed)::value;
+    if (plan.layout == square_sum::Layout::Rows) {
+      const auto args = rows_argument(plan.rows, x, w);
+      const auto grid = grid_for(at::ceil_div<int64_t>(args.segments, kWarpsPerBlock));
+      rows_kernel<scalar_t, out_t, kVectorized, kWeightFixed><<<grid, kThreads, 0, stream>>>(args, out);
+    } else {
+      const auto t = tiles_argument(plan.tiles);
+      tiles_kernel<scalar_t, out_t, kVectorized, kWeightFixed>
+          <<<grid_for(t.tiles), kThreads, 0, stream>>>(t, x, w, out);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }
 
-template <typename scalar_t>
-void launch_tiles(const square_sum::Plan& plan, const scalar_t* x, const scalar_t* w, acc_t<scalar_t>* dst) {
-  const auto t = tiles_argument(plan.tiles);
+// Stage 1 of a total: one partial per block work item, added by the last block when `total` has
+// a counter.
+template <typename scalar_t, typename out_t>
+void launch_total_stage1(
+    const square_sum::Plan& plan,
+    const scalar_t* x,
+    const scalar_t* w,
+    const TotalArgs<acc_t<scalar_t>, out_t>& total) {
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto x_blocks = std::min(plan.partials, kMaxBlocks);
+  const auto y_blocks = at::ceil_div(plan.partials, x_blocks);
+  TORCH_CHECK(y_blocks <= 65535, "custom::weighted_square_sum: a reduction too large for one CUDA grid");
+  const dim3 grid(static_cast<unsigned int>(x_blocks), static_cast<unsigned int>(y_blocks));
   with_flags(plan.vectorized, plan.weight_fixed, [&](auto vectorized, auto weight_fixed) {
-    tiles_kernel<scalar_t, decltype(vectorized)::value, decltype(weight_fixed)::value>
-        <<<grid_for(t.tiles), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(t, x, w, dst);
+    constexpr bool kVectorized = decltype(vectorized)::value;
+    constexpr bool kWeightFixed = decltype(weight_fixed)::value;
+    if (plan.layout == square_sum::Layout::Rows) {
+      rows_total_kernel<scalar_t, out_t, kVectorized, kWeightFixed>
+          <<<grid, kThreads, 0, stream>>>(rows_argument(plan.rows, x, w), plan.run, total);
+    } else {
+      tiles_total_kernel<scalar_t, out_t, kVectorized, kWeightFixed>
+          <<<grid, kThreads, 0, stream>>>(tiles_argument(plan.tiles), x, w, plan.run, total);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }
 
-template <typename acc>
-void launch_sum_chunks(const square_sum::TilesPlan& second, const acc* partial, acc* out) {
+template <typename acc, typename out_t>
+void launch_sum_chunks(const square_sum::TilesPlan& second, const acc* partial, out_t* out) {
   const auto t = tiles_argument(second);
-  sum_chunks_kernel<acc><<<grid_for(t.tiles), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(t, partial, out);
+  sum_chunks_kernel<acc, out_t><<<grid_for(t.tiles), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(t, partial, out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -362,15 +604,60 @@ bool vector_aligned(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p) % square_sum::kVectorBytes == 0;
 }
 
+// The buffers below come from the caching allocator on the current stream: freed at return, they
+// are reused only by work queued after these kernels.
+template <typename scalar_t, typename out_t>
+void reduce_typed(const square_sum::Plan& plan, const scalar_t* x, const scalar_t* w, const at::Tensor& out) {
+  using acc = acc_t<scalar_t>;
+  out_t* const result = out.mutable_data_ptr<out_t>();
+  const at::TensorOptions acc_options = out.options().dtype(c10::CppTypeToScalarType<acc>::value);
+  if (!plan.total) {
+    if (plan.chunks() == 1) {  // stage 1 writes the result
+      launch_stage1(plan, x, w, result);
+      return;
+    }
+    const at::Tensor partial = at::empty({out.numel() * plan.chunks()}, acc_options);
+    launch_stage1(plan, x, w, partial.mutable_data_ptr<acc>());
+    launch_sum_chunks(plan.second, partial.const_data_ptr<acc>(), result);
+    return;
+  }
+  TotalArgs<acc, out_t> total{nullptr, nullptr, result, plan.partials};
+  at::Tensor partials;
+  if (plan.partials > 1) {
+    // One more slot holds the counter (any acc slot fits and aligns an unsigned int): one
+    // allocation, and a 4-byte memset as the only other work on the stream. A counter of its
+    // own per call, so launches on other streams never share it.
+    partials = at::empty({plan.partials + 1}, acc_options);
+    total.partial = partials.mutable_data_ptr<acc>();
+    if (plan.passes.empty()) {
+      total.counter = reinterpret_cast<unsigned int*>(total.partial + plan.partials);
+      C10_CUDA_CHECK(cudaMemsetAsync(total.counter, 0, sizeof(unsigned int), at::cuda::getCurrentCUDAStream()));
+    }
+  }
+  launch_total_stage1(plan, x, w, total);
+  // Too many partials for the last block: stage 2 passes, each adding the previous one's chunks.
+  at::Tensor previous = partials;
+  for (size_t k = 0; k < plan.passes.size(); ++k) {
+    const auto& pass = plan.passes[k];
+    if (k + 1 == plan.passes.size()) {
+      launch_sum_chunks(pass, previous.const_data_ptr<acc>(), result);
+    } else {
+      at::Tensor next = at::empty({pass.chunks}, acc_options);
+      launch_sum_chunks(pass, previous.const_data_ptr<acc>(), next.mutable_data_ptr<acc>());
+      previous = std::move(next);
+    }
+  }
+}
+
 void reduce(const detail::WeightedSquareSumReduction& args) {
   const auto& x = args.input;
   const auto& w = args.weight;
   const auto& out = args.out;
   TORCH_INTERNAL_ASSERT(x.dim() == 3 && x.sizes() == w.sizes() && x.scalar_type() == w.scalar_type());
-  TORCH_INTERNAL_ASSERT(out.is_contiguous() && out.numel() == x.size(0) * x.size(2) && x.size(1) >= 1);
+  TORCH_INTERNAL_ASSERT(out.is_contiguous() && x.size(1) >= 1);
+  TORCH_INTERNAL_ASSERT(out.numel() == (args.total ? 1 : x.size(0) * x.size(2)));
   CUSTOM_OPS_DISPATCH_FLOATING_TYPES(x.scalar_type(), "weighted_square_sum_cuda", [&] {
     using acc = acc_t<scalar_t>;
-    TORCH_INTERNAL_ASSERT(out.scalar_type() == c10::CppTypeToScalarType<acc>::value);
     const scalar_t* x_data = x.const_data_ptr<scalar_t>();
     const scalar_t* w_data = w.const_data_ptr<scalar_t>();
     const auto plan = square_sum::plan_reduction({
@@ -382,18 +669,13 @@ void reduce(const detail::WeightedSquareSumReduction& args) {
         .vector = kVec<scalar_t>,
         .input_aligned = vector_aligned(x_data),
         .weight_aligned = vector_aligned(w_data),
+        .total = args.total,
     });
-    // Stage 1 writes straight into out when it does not cut the reduction.
-    const bool two_stages = plan.chunks() > 1;
-    const auto partial = two_stages ? at::empty({out.numel() * plan.chunks()}, out.options()) : out;
-    acc* stage1 = partial.mutable_data_ptr<acc>();
-    if (plan.layout == square_sum::Layout::Rows) {
-      launch_rows<scalar_t>(plan, x_data, w_data, stage1);
+    if (out.scalar_type() == c10::CppTypeToScalarType<acc>::value) {
+      reduce_typed<scalar_t, acc>(plan, x_data, w_data, out);
     } else {
-      launch_tiles<scalar_t>(plan, x_data, w_data, stage1);
-    }
-    if (two_stages) {
-      launch_sum_chunks<acc>(plan.second, stage1, out.mutable_data_ptr<acc>());
+      TORCH_INTERNAL_ASSERT(out.scalar_type() == x.scalar_type());
+      reduce_typed<scalar_t, scalar_t>(plan, x_data, w_data, out);
     }
   });
 }

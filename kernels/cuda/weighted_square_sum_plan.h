@@ -9,20 +9,27 @@
 // When the outputs are too few to fill the GPU, or a reduction too long for one thread's serial
 // sum, the reduced dim is cut into chunks: stage 1 writes one partial per (output, chunk), and
 // stage 2, the Tiles kernel on the partials, adds each output's chunks.
+// A total (one output, the sum over outer, reduce and inner) takes the same kernels' work items
+// (Rows: segments, Tiles: tiles) in runs of consecutive ones: each block adds its runs into one
+// partial, and the last block to finish adds all partials (one kernel); with too many partials
+// for one block, stage 2 passes add them instead.
 //
 // Determinism: the cut and the order of every addition follow from the sizes and strides only,
 // never from the device (no SM count) nor from alignment (the element-wise fallback loads what
-// the vector path loads and adds in the same order), and no atomics: the same bits on every run.
+// the vector path loads and adds in the same order), and no float atomics (a total's one integer
+// counter picks which block adds the partials, never their order): the same bits on every run.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <vector>
 
 namespace custom::cuda::square_sum {
 
 inline constexpr int kThreads = 256;  // per block, both kernels
 inline constexpr int kWarp = 32;
+inline constexpr int kWarpsPerBlock = kThreads / kWarp;
 inline constexpr int64_t kVectorBytes = 16;
 // Terms one thread adds serially, at most, before the adds become trees (warp shuffles, shared
 // memory, stage 2): float32 stays within ~1e-6 relative error for any length.
@@ -43,6 +50,8 @@ inline constexpr int64_t kMinSegment = 2048;
 inline constexpr int64_t kEnoughBlocks = 512;
 inline constexpr int64_t kTargetBlocks = 1024;
 inline constexpr int64_t kMinChunkRows = 512;
+// Total: the most partials the last block adds, kMaxSerial per thread.
+inline constexpr int64_t kMaxFinalPartials = kThreads * kMaxSerial;
 
 // Strides in elements, along {outer, reduce, inner}.
 using Strides = std::array<int64_t, 3>;
@@ -56,6 +65,7 @@ struct Problem {
   int64_t vector = 1;  // elements of the operands' dtype in one 16-byte load
   bool input_aligned = false;  // data pointers on a 16-byte boundary
   bool weight_aligned = false;
+  bool total = false;  // one output: the sum over outer, reduce and inner
 };
 
 enum class Layout { Rows, Tiles };
@@ -100,7 +110,16 @@ struct Plan {
   bool weight_fixed = false;  // the weight is constant along reduce: read once per output
   RowsPlan rows;
   TilesPlan tiles;
-  TilesPlan second;  // stage 2 over the partials, when chunks() > 1
+  TilesPlan second;  // stage 2 over the partials, when chunks() > 1 (not total)
+
+  // Total: block work item p (one partial each) takes, Rows: kWarpsPerBlock consecutive runs of
+  // `run` segments, one per warp; Tiles: `run` consecutive tiles.
+  bool total = false;
+  int64_t run = 1;
+  int64_t partials = 1;
+  // Empty: the last block of stage 1 adds the partials. Else stage 2 passes over [1, partials, 1],
+  // each over the previous one's chunks; the last (one chunk) writes out.
+  std::vector<TilesPlan> passes;
 
   int64_t chunks() const { return layout == Layout::Rows ? rows.splits : tiles.chunks; }
 };
@@ -177,6 +196,31 @@ inline TilesPlan plan_tiles(
   return t;
 }
 
+// Total: runs long enough that the partials are about as many as the blocks that fill the GPU
+// (fewer for the last block to add), short enough for kMaxSerial terms a thread in series.
+inline void plan_total(Plan& plan) {
+  using namespace plan_detail;
+  plan.total = true;
+  if (plan.layout == Layout::Rows) {
+    const int64_t segments = plan.rows.rows * plan.rows.splits;
+    const int64_t cap = std::max<int64_t>(1, kMaxSerial / ceil_div(plan.rows.segment, kWarp));
+    plan.run = std::clamp<int64_t>(segments / kTargetWarps, 1, cap);
+    plan.partials = ceil_div(ceil_div(segments, plan.run), kWarpsPerBlock);
+  } else {
+    const auto& t = plan.tiles;
+    const int64_t cap = std::max<int64_t>(1, kMaxSerial / ceil_div(t.rows_per_chunk, t.row_threads));
+    plan.run = std::clamp<int64_t>(t.tiles() / kTargetBlocks, 1, cap);
+    plan.partials = ceil_div(t.tiles(), plan.run);
+  }
+  for (int64_t n = plan.partials; n > kMaxFinalPartials; n = plan.passes.back().chunks) {
+    plan.passes.push_back(plan_tiles(1, n, 1, {n, 1, 0}, {}, 1, true));
+  }
+  if (!plan.passes.empty()) {
+    const int64_t n = plan.passes.back().chunks;
+    plan.passes.push_back(plan_tiles(1, n, 1, {n, 1, 0}, {}, 1, false));
+  }
+}
+
 inline Plan plan_reduction(Problem p) {
   using namespace plan_detail;
   // A dim of size 1 is never stepped along: its stride must not spoil the layout or alignment tests.
@@ -205,7 +249,9 @@ inline Plan plan_reduction(Problem p) {
     // read one element per row.
     plan.vectorized =
         p.input_aligned && multiple(xs[0], v) && (plan.weight_fixed || (p.weight_aligned && multiple(ws[0], v)));
-    if (r.splits > 1) {
+    if (p.total) {
+      plan_total(plan);
+    } else if (r.splits > 1) {
       plan.second = plan_tiles(r.rows, r.splits, 1, {r.splits, 1, 0}, {}, 1, false);
     }
     return plan;
@@ -220,7 +266,9 @@ inline Plan plan_reduction(Problem p) {
   // A fixed weight is read element by element, once per column group and tile.
   plan.vectorized = t.inner % v == 0 && vector_loads(t.input_strides, p.input_aligned) &&
       (plan.weight_fixed || vector_loads(t.weight_strides, p.weight_aligned));
-  if (t.chunks > 1) {
+  if (p.total) {
+    plan_total(plan);
+  } else if (t.chunks > 1) {
     plan.second = plan_tiles(t.outer, t.chunks, t.inner, {t.chunks * t.inner, t.inner, 1}, {}, 1, false);
   }
   return plan;

@@ -2,8 +2,9 @@
 // host code, checked without a GPU): each layout gets its kernel, the chunks cover the reduced dim
 // exactly, no thread adds more than kMaxSerial terms in series, and the order of the additions
 // (everything but `vectorized`) does not depend on the operands' alignment: the same bits
-// whichever allocation the operands got. The values themselves are checked on a GPU by
-// tests/python/test_weighted_square_sum_values.py.
+// whichever allocation the operands got. A total (one output) is one kernel whose last block adds
+// a few hundred partials, with stage 2 passes only past what one block may add in series. The
+// values themselves are checked on a GPU by tests/python/test_weighted_square_sum_values.py.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -45,10 +46,52 @@ void expect_tiles_sound(const sq::TilesPlan& t) {
   expect_cover(t.reduce, t.chunks, t.rows_per_chunk);
 }
 
+// A total's block work items cover stage 1's work items exactly, no thread adds more than
+// kMaxSerial terms in series (stage 1, the last block, each pass), and the passes chain down to
+// one value.
+void expect_total_sound(const sq::Plan& plan) {
+  ASSERT_TRUE(plan.total);
+  EXPECT_GE(plan.run, 1);
+  if (plan.layout == sq::Layout::Rows) {
+    const int64_t segments = plan.rows.rows * plan.rows.splits;
+    expect_cover(segments, plan.partials, sq::kWarpsPerBlock * plan.run);
+    EXPECT_LE(plan.run * ceil_div(plan.rows.segment, sq::kWarp), sq::kMaxSerial);
+  } else {
+    expect_tiles_sound(plan.tiles);
+    expect_cover(plan.tiles.tiles(), plan.partials, plan.run);
+    EXPECT_LE(plan.run * ceil_div(plan.tiles.rows_per_chunk, plan.tiles.row_threads), sq::kMaxSerial);
+  }
+  if (plan.passes.empty()) {
+    EXPECT_LE(plan.partials, sq::kMaxFinalPartials);
+    EXPECT_LE(ceil_div(plan.partials, sq::kThreads), sq::kMaxSerial);
+    return;
+  }
+  EXPECT_GT(plan.partials, sq::kMaxFinalPartials);
+  int64_t n = plan.partials;
+  for (const auto& pass : plan.passes) {
+    EXPECT_EQ(pass.outer * pass.inner, 1);
+    EXPECT_EQ(pass.reduce, n);
+    expect_tiles_sound(pass);
+    EXPECT_LE(ceil_div(pass.rows_per_chunk, pass.row_threads), sq::kMaxSerial);
+    EXPECT_LT(pass.chunks, n);
+    n = pass.chunks;
+  }
+  EXPECT_EQ(n, 1);  // the last pass writes the result
+}
+
+sq::Problem total(sq::Problem p) {
+  p.total = true;
+  return p;
+}
+
 // What each thread adds, in which order: everything but how the loads happen.
 void expect_same_order(const sq::Plan& a, const sq::Plan& b) {
   ASSERT_EQ(a.layout, b.layout);
   EXPECT_EQ(a.chunks(), b.chunks());
+  EXPECT_EQ(a.total, b.total);
+  EXPECT_EQ(a.run, b.run);
+  EXPECT_EQ(a.partials, b.partials);
+  EXPECT_EQ(a.passes.size(), b.passes.size());
   if (a.layout == sq::Layout::Rows) {
     EXPECT_EQ(a.rows.splits, b.rows.splits);
     EXPECT_EQ(a.rows.segment, b.rows.segment);
@@ -131,11 +174,14 @@ TEST(WeightedSquareSumPlan, AlignmentChangesHowLoadsHappenNotTheOrderOfAdditions
       contiguous(1000, 4097, 1, 4),
       contiguous(1, 5000, 1027, 2),
       contiguous(3, 70000, 8, 8, /*weight_row=*/true),
+      total(contiguous(1, (int64_t{1} << 24) + 3, 1, 8)),
+      total(contiguous(1000, 4097, 1, 4)),
+      total(contiguous(1, 5000, 1027, 2)),
   };
   for (const auto& problem : problems) {
     SCOPED_TRACE(::testing::Message() << problem.outer << " x " << problem.reduce << " x " << problem.inner);
     const auto aligned = sq::plan_reduction(problem);
-    for (const auto [input_aligned, weight_aligned] : {std::pair{false, true}, {true, false}, {false, false}}) {
+    for (const auto& [input_aligned, weight_aligned] : {std::pair{false, true}, {true, false}, {false, false}}) {
       auto moved = problem;
       moved.input_aligned = input_aligned;
       moved.weight_aligned = weight_aligned;
@@ -159,6 +205,91 @@ TEST(WeightedSquareSumPlan, SizeOneDimsDoNotSpoilTheLayout) {
   ASSERT_EQ(odd.layout, sq::Layout::Rows);
   EXPECT_EQ(odd.vectorized, plain.vectorized);
   expect_same_order(plain, odd);
+}
+
+TEST(WeightedSquareSumPlan, FullReductionsAreTotalsOfFewPartials) {
+  for (const int64_t vector : {2, 4, 8}) {
+    SCOPED_TRACE(vector);
+    // 2^26 contiguous elements: the Rows segments of the non-total plan, a warp each, a partial
+    // per block of them: few enough for the last block.
+    const auto plain = sq::plan_reduction(contiguous(1, int64_t{1} << 26, 1, vector));
+    const auto full = sq::plan_reduction(total(contiguous(1, int64_t{1} << 26, 1, vector)));
+    ASSERT_EQ(full.layout, sq::Layout::Rows);
+    EXPECT_TRUE(full.vectorized);
+    EXPECT_EQ(full.rows.splits, plain.rows.splits);
+    EXPECT_EQ(full.rows.segment, plain.rows.segment);
+    EXPECT_TRUE(full.passes.empty());
+    EXPECT_LE(full.partials, 1024);
+    expect_total_sound(full);
+    EXPECT_FALSE(plain.total);
+    EXPECT_TRUE(plain.passes.empty());
+  }
+}
+
+TEST(WeightedSquareSumPlan, BroadcastRowTotalAddsRowsInWarpsOfSeveral) {
+  // x [R, 1024] with w [1024], dim=None: [R, 1024, 1], the weight's row stride 0. Each warp adds
+  // several rows, so the partials are a few hundred, not R.
+  for (const int64_t vector : {2, 4, 8}) {
+    SCOPED_TRACE(vector);
+    const int64_t rows = (int64_t{1} << 26) / 1024;
+    sq::Problem p = contiguous(rows, 1024, 1, vector);
+    p.weight_strides = {0, 1, 0};
+    const auto plan = sq::plan_reduction(total(p));
+    ASSERT_EQ(plan.layout, sq::Layout::Rows);
+    EXPECT_TRUE(plan.vectorized);
+    EXPECT_FALSE(plan.weight_fixed);
+    EXPECT_GT(plan.run, 1);
+    EXPECT_TRUE(plan.passes.empty());
+    EXPECT_LE(plan.partials, 1024);
+    expect_total_sound(plan);
+    // Twice the rows: the same partials, longer runs.
+    p.outer *= 2;
+    const auto longer = sq::plan_reduction(total(p));
+    EXPECT_EQ(longer.run, 2 * plan.run);
+    EXPECT_EQ(longer.partials, plan.partials);
+    expect_total_sound(longer);
+  }
+}
+
+TEST(WeightedSquareSumPlan, TransposedAndShortTotalsAreTiles) {
+  // x.t() of a contiguous [2^16, 1024], all summed: threads along the contiguous dim.
+  sq::Problem transposed = contiguous(1024, 1 << 16, 1, 4);
+  transposed.input_strides = {1, 1024, 0};
+  transposed.weight_strides = {1, 0, 0};  // a weight per column of x: fixed along reduce
+  const auto plan = sq::plan_reduction(total(transposed));
+  ASSERT_EQ(plan.layout, sq::Layout::Tiles);
+  EXPECT_TRUE(plan.tiles.transposed);
+  EXPECT_TRUE(plan.weight_fixed);
+  EXPECT_TRUE(plan.passes.empty());
+  EXPECT_LE(plan.partials, 2 * sq::kTargetBlocks);
+  expect_total_sound(plan);
+  // Many short rows: many tiles, several per partial.
+  const auto short_rows = sq::plan_reduction(total(contiguous(1 << 22, 16, 1, 4)));
+  ASSERT_EQ(short_rows.layout, sq::Layout::Tiles);
+  EXPECT_GT(short_rows.run, 1);
+  EXPECT_LE(short_rows.partials, 2 * sq::kTargetBlocks);
+  expect_total_sound(short_rows);
+  // One term: one block, which writes the result itself.
+  const auto one = sq::plan_reduction(total(contiguous(1, 1, 1, 4)));
+  EXPECT_EQ(one.partials, 1);
+  EXPECT_TRUE(one.passes.empty());
+  expect_total_sound(one);
+}
+
+TEST(WeightedSquareSumPlan, TotalsBeyondOneBlocksSerialBoundAddPartialsInPasses) {
+  // 2^38 terms (an expanded view needs no memory for them): more partials than the last block
+  // may add in series.
+  sq::Problem rows = contiguous(int64_t{1} << 28, 1024, 1, 4);
+  rows.input_strides = {0, 1, 0};
+  rows.weight_strides = {0, 1, 0};
+  const auto huge_rows = sq::plan_reduction(total(rows));
+  ASSERT_EQ(huge_rows.layout, sq::Layout::Rows);
+  EXPECT_FALSE(huge_rows.passes.empty());
+  expect_total_sound(huge_rows);
+  const auto huge_tiles = sq::plan_reduction(total(contiguous(1, 16, int64_t{1} << 36, 4)));
+  ASSERT_EQ(huge_tiles.layout, sq::Layout::Tiles);
+  EXPECT_FALSE(huge_tiles.passes.empty());
+  expect_total_sound(huge_tiles);
 }
 
 }  // namespace

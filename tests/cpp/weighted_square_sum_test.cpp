@@ -3,7 +3,9 @@
 // dtype= and broadcast; empty and 0-dim shapes; errors that name the argument; backward, double
 // backward and forward-mode AD against the same derivatives of that composite; the same on CUDA
 // when a GPU and the CUDA kernels are there (skipped otherwise). The shape, dtype and (contiguous)
-// layout of every result are those of the composite.
+// layout of every result are those of the composite. Float16/bfloat16 results, which the loops
+// write directly, are the float32 sums rounded once; full reductions, summed inside the loops
+// (one CUDA kernel), match with broadcast weights and give the same bits on every run.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -15,6 +17,7 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -55,6 +58,67 @@ std::vector<Reduction> rank2_reductions() {
 
 // ------------------------------------------------------------------------------------- values
 
+// Layouts whose float16/bfloat16 results the loops write themselves (last-dim, first-dim and full
+// reductions, with weights broadcast along the rows or down them) and one the frontend finishes (a
+// weight broadcast between the reduced dims), each with its dims.
+struct RoundingCase {
+  Shape x;
+  Shape w;
+  std::optional<Shape> dim;
+};
+
+std::vector<RoundingCase> rounding_cases() {
+  return {
+      {{37, 1031}, {1031}, Shape{-1}},     {{1031, 37}, {1031, 1}, Shape{0}},     {{70001}, {70001}, std::nullopt},
+      {{513, 1024}, {1024}, std::nullopt}, {{513, 1024}, {513, 1}, std::nullopt}, {{6, 7, 300}, {7, 1}, Shape{0, 2}},
+  };
+}
+
+// A low-precision result is the float32 result (the same sums in the same order) rounded once.
+void expect_rounded_once(at::Device device) {
+  for (const auto dtype : {at::kHalf, at::kBFloat16}) {
+    for (const auto& c : rounding_cases()) {
+      const auto x = random(c.x, dtype, device);
+      const auto w = random(c.w, dtype, device);
+      for (const bool keepdim : {false, true}) {
+        const Reduction r{c.dim, keepdim};
+        SCOPED_TRACE(std::string(c10::toString(dtype)) + ", input " + c10::str(x.sizes()) + ", " + r.str());
+        const auto y = weighted_square_sum(x, w, r);
+        EXPECT_EQ(y.scalar_type(), dtype);
+        EXPECT_TRUE(torch::equal(y, weighted_square_sum(x, w, {c.dim, keepdim, at::kFloat}).to(dtype)));
+        EXPECT_TRUE(IsWeightedSquareSumOf(y, x, w, r));
+      }
+    }
+  }
+}
+
+// Full reductions with a weight broadcast along a dim, and the same reduction spelled with every
+// dim: within the reference, the same bits each time.
+void expect_totals_match(at::Device device) {
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{4099, 1024}, {1024}}, {{4099, 1024}, {4099, 1}}, {{4099, 1024}, {}}, {{33, 129, 65}, {129, 1}}};
+  for (const auto dtype : kFloatingDtypes) {
+    for (const auto& [x_shape, w_shape] : shapes) {
+      SCOPED_TRACE(
+          std::string(c10::toString(dtype)) + ", input " + c10::str(at::IntArrayRef(x_shape)) + ", weight " +
+          c10::str(at::IntArrayRef(w_shape)));
+      // A weight shared by many terms cancels less: sums small enough for float16 to hold (x / 16
+      // is exact).
+      const auto x = random(x_shape, dtype, device) / 16;
+      const auto w =
+          w_shape.empty() ? torch::full({}, 0.01, torch::dtype(dtype).device(device)) : random(w_shape, dtype, device);
+      const auto y = custom::weighted_square_sum(x, w);
+      EXPECT_TRUE(IsWeightedSquareSumOf(y, x, w, {std::nullopt}));
+      Shape every(x_shape.size());
+      std::iota(every.begin(), every.end(), 0);
+      EXPECT_TRUE(torch::equal(custom::weighted_square_sum(x, w, every), y));
+      for (int run = 0; run < 3; ++run) {
+        EXPECT_TRUE(torch::equal(custom::weighted_square_sum(x, w), y));
+      }
+    }
+  }
+}
+
 class WeightedSquareSumValues : public ::testing::Test {
  protected:
   void SetUp() override { torch::manual_seed(0); }
@@ -79,6 +143,27 @@ TEST_F(WeightedSquareSumValues, EveryDimListMatchesReferenceForEachDtype) {
     SCOPED_TRACE(r.str());
     EXPECT_TRUE(IsWeightedSquareSumOf(weighted_square_sum(x, w, r), x, w, r));
   }
+}
+
+TEST_F(WeightedSquareSumValues, LowPrecisionResultsAreTheFloat32SumsRoundedOnce) {
+  expect_rounded_once(at::kCPU);
+}
+
+TEST_F(WeightedSquareSumValues, TotalsWithBroadcastWeightsMatchAndRepeatBitwise) {
+  expect_totals_match(at::kCPU);
+  // The CPU's tree over the rows' sums follows the shape, not the thread count.
+  const auto x = random({4099, 1024}, at::kFloat) * random({4099, 1024}, at::kFloat).mul(2).exp();
+  const auto w = random({1024}, at::kFloat);
+  const int threads = at::get_num_threads();
+  const auto one = [&] {
+    at::set_num_threads(1);
+    return custom::weighted_square_sum(x, w);
+  }();
+  for (const int n : {2, 3, 8}) {
+    at::set_num_threads(n);
+    EXPECT_TRUE(torch::equal(custom::weighted_square_sum(x, w), one)) << n << " threads";
+  }
+  at::set_num_threads(threads);
 }
 
 TEST_F(WeightedSquareSumValues, DimsOfRank4ShapesWithBroadcastWeights) {
@@ -572,6 +657,22 @@ TEST_F(WeightedSquareSumCuda, ValuesMatchReferenceForEachDtypeDimAndLayout) {
   for (const auto& r : {Reduction{std::nullopt}, Reduction{Shape{0}}, Reduction{Shape{1}, true}}) {
     SCOPED_TRACE("empty input, " + r.str());
     EXPECT_TRUE(IsWeightedSquareSumOf(weighted_square_sum(empty, w4, r), empty, w4, r));
+  }
+}
+
+TEST_F(WeightedSquareSumCuda, LowPrecisionResultsAreTheFloat32SumsRoundedOnce) {
+  expect_rounded_once(cuda);
+}
+
+TEST_F(WeightedSquareSumCuda, TotalsWithBroadcastWeightsMatchAndRepeatBitwise) {
+  expect_totals_match(cuda);
+  // 2^26 elements: a few hundred block partials, added by the last block; the same bits each run.
+  const auto x = random({1 << 16, 1024}, at::kBFloat16, cuda);
+  const auto w = random({1024}, at::kBFloat16, cuda);
+  const auto y = custom::weighted_square_sum(x, w);
+  EXPECT_TRUE(IsWeightedSquareSumOf(y, x, w, {std::nullopt}));
+  for (int run = 0; run < 3; ++run) {
+    EXPECT_TRUE(torch::equal(custom::weighted_square_sum(x, w), y));
   }
 }
 

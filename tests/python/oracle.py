@@ -523,6 +523,20 @@ def _check_values(op, operands, dtype, actual, what):
     )
 
 
+def _assert_within(actual, reference, bound, where, what, values, name):
+    """|actual - reference| <= bound (nan is not) wherever `where` (a bool tensor, or True); else
+    fails with "<what>: <how many> of <how many> <values>", the first such element and all of them,
+    the reference called `name`."""
+    actual, reference, bound = (t.detach().cpu().double() for t in (actual, reference, bound))
+    bad = ~((actual - reference).abs() <= bound) & where
+    if bad.any():
+        i = tuple(bad.nonzero()[0].tolist())
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {bad.numel()} {values}, e.g. at {i}: ours {actual[i].item()!r}, "
+            f"{name} {reference[i].item()!r}, allowed error {bound[i].item():.3g}\nours={actual}\n{name}={reference}"
+        )
+
+
 def _check_sum(op, operands, actual, what):
     """A reduction's values (op.exact): within one rounding of the result's dtype plus the
     accumulation dtype's pairwise-sum error (relative to the sum of the terms' absolute values) of
@@ -544,15 +558,9 @@ def _check_sum(op, operands, actual, what):
     close = judged & (value.abs() <= limit)
     growth = 2 * math.ceil(math.log2(n + 1)) + 8
     bound = 2 * u_cast * value.abs() + growth * (u_acc * magnitude + tiny_acc) + 2 * tiny_cast
-    error = (actual - value).abs()
-    bad = close & ~(error <= bound)
-    if bad.any():
-        i = tuple(bad.nonzero()[0].tolist())
-        raise AssertionError(
-            f"{what}: {int(bad.sum())} of {bad.numel()} sums further from the exact sum than allowed, e.g. at "
-            f"{i}: ours {actual[i].item()!r}, exact {value[i].item()!r}, allowed error {bound[i].item():.3g} "
-            f"({n} terms)\nours={actual}\nexact={value}"
-        )
+    _assert_within(
+        actual, value, bound, close, what, f"sums of {n} terms further from the exact sum than allowed", "exact"
+    )
 
 
 def _check_error(error, op_name, what, also=()):
@@ -789,15 +797,8 @@ def _value_dtype(op, overload, operands):
 def _check_close(actual, reference, magnitude, rounding, terms, what):
     u, a = rounding
     bound = (TRANSFORM_SLACK + terms) * (u * magnitude + a)
-    error = (actual.detach().cpu().double() - reference.cpu()).abs()
-    bad = ~(error <= bound.cpu())  # nan is bad too
-    if bad.any():
-        i = tuple(bad.nonzero()[0].tolist())
-        raise AssertionError(
-            f"{what}: {int(bad.sum())} of {bad.numel()} values further than {TRANSFORM_SLACK} + {terms} roundings "
-            f"from the float64 composite's, e.g. at {i}: ours {actual[i].item()!r}, float64 "
-            f"{reference[i].item()!r}, allowed error {bound[i].item():.3g}\nours={actual}\nfloat64={reference}"
-        )
+    values = f"values further than {TRANSFORM_SLACK} + {terms} roundings from the float64 composite's"
+    _assert_within(actual, reference, bound, True, what, values, "float64")
 
 
 def _check_transformed(t, op, overload, args, clean, ours, expected):

@@ -6,43 +6,20 @@ process group; test_dtensor_sharding.py runs them on 2 ranks.
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import sys
-from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.distributed as dist
 
+from dtensor_harness import P, fresh_sharding_module, spec
+
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="needs torch.distributed")
-
-SHARDING_SOURCE = pathlib.Path(__file__).resolve().parents[2] / "python" / "custom_ops" / "sharding.py"
-
-
-def fresh_sharding_module():
-    """A new instance of python/custom_ops/sharding.py (its own 'registered' flag)."""
-    name = f"_custom_ops_sharding_{id(object())}"
-    spec = importlib.util.spec_from_file_location(name, SHARDING_SOURCE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def sharding():
     return fresh_sharding_module()
-
-
-def spec(shape, *placements):
-    """What register_sharding passes a rule for a DTensor argument: its shape and placements."""
-    return SimpleNamespace(shape=torch.Size(shape), placements=tuple(placements))
-
-
-def P():
-    from torch.distributed.tensor import Partial, Replicate, Shard
-
-    return Shard, Replicate(), Partial
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,70 +1,25 @@
 """torch.compile fuses the `custom` operators with their neighbours (python/custom_ops/_inductor.py).
 
 In this process the decompositions come from the package's source file, installed the way
-`import custom_ops` installs them (conftest loaded the library already); the package-level
-behaviour (lazy import, opt-out, the on-disk cache key across processes) is in
-test_package_inductor.py.
+`import custom_ops` installs them (compile_helpers); the package-level behaviour (lazy import,
+opt-out, the on-disk cache key across processes) is in test_package_inductor.py.
 """
-
-import importlib.util
-import sys
 
 import pytest
 import torch
 from torch._dynamo.utils import counters
 from torch._inductor import metrics
-from torch._inductor.utils import run_and_get_code
 
-from environment import REPO
+import compile_helpers
+from compile_helpers import decompositions, leaves, run_compiled
 from reference import DTYPE_PAIRS, LAYOUT_NAMES, LOW_PRECISION, TOLERANCES, dtype_name, make_inputs, make_tensor
 
 OPS = torch.ops.custom
 
-
-def load_decompositions():
-    name = "custom_ops_inductor_under_test"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "python" / "custom_ops" / "_inductor.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-decompositions = load_decompositions()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def installed():
-    # For this module only: other test files compile (AOTInductor packages, say) expecting the op.
-    import torch.compiler.config as compiler_config
-
-    saved_tag = compiler_config.cache_key_tag
-    decompositions.install("test")
-    decompositions.set_enabled(True)
-    yield
-    decompositions.set_enabled(False)
-    compiler_config.cache_key_tag = saved_tag
-    torch._dynamo.reset()
-
-
-@pytest.fixture(params=[True, False], ids=["decomposed", "opaque"])
-def decompose(request):
-    decompositions.set_enabled(request.param)
-    torch._dynamo.reset()
-    counters.clear()
-    yield request.param
-    decompositions.set_enabled(True)
-    torch._dynamo.reset()
-
-
-@pytest.fixture
-def decomposed():
-    decompositions.set_enabled(True)
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
+# Fixtures: the decompositions installed for this module; decomposed, or each test also opaque.
+installed = compile_helpers.installed
+decompose = compile_helpers.decompose
+decomposed = compile_helpers.decomposed
 
 
 def model(a, b, w):
@@ -76,20 +31,9 @@ def composite(a, b, w):
 
 
 def kernels_and_code(fn, *args, backward=False):
-    metrics.reset()
-
-    def run():
-        result = fn(*args)
-        if backward:
-            result.sum().backward()
-        return result
-
-    result, code = run_and_get_code(run)
-    return result, metrics.generated_kernel_count, "\n".join(code)
-
-
-def leaves(*shapes, requires_grad=False):
-    return [torch.randn(s, requires_grad=requires_grad) for s in shapes]
+    """(result, how many kernels Inductor generated, the generated code)."""
+    result, code = run_compiled(fn, *args, backward=backward)
+    return result, metrics.generated_kernel_count, code
 
 
 # --------------------------------------------------------------------------- fusion

@@ -11,6 +11,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch.autograd import gradcheck, gradgradcheck
 
+from autodiff_helpers import WHICH, dual, random_tangents
 from reference import DTYPE_PAIRS, assert_close_sum, coarser, dtype_name, gradient_reference, make_tensor
 from square_sum_reference import composite, make, op, reduced_dims
 
@@ -30,7 +31,7 @@ CASES = {
     "step_sliced": ((3, 4), "step", (4,), "step", [0], False),
     "channels_last": ((2, 3, 2, 2), "channels_last", (3, 1, 1), "contiguous", [1, -1], True),
 }
-REQUIRES_GRAD = {"input": (True, False), "weight": (False, True), "both": (True, True)}
+REQUIRES_GRAD = WHICH
 
 
 def leaves(case, device, requires_grad=(True, True), dtype=torch.float64, weight_dtype=None):
@@ -214,17 +215,9 @@ def test_saved_input_modified_in_place_makes_backward_raise(device):
 @pytest.mark.parametrize("case", list(CASES))
 def test_forward_ad_dual_tensors_match_composite(device, case, tangents):
     x, w, dim, keepdim = leaves(case, device, (False, False))
-    with_x, with_w = REQUIRES_GRAD[tangents]
-    tx, tw = torch.randn_like(x), torch.randn_like(w)
-    results = []
-    for f in (op, composite):
-        with fwAD.dual_level():
-            dx = fwAD.make_dual(x, tx) if with_x else x
-            dw = fwAD.make_dual(w, tw) if with_w else w
-            primal, tangent = fwAD.unpack_dual(f(dx, dw, dim, keepdim))
-            assert tangent is not None, "the result lost its tangent"
-            results.append((primal.clone(), tangent.clone()))
-    (primal, tangent), (expected_primal, expected_tangent) = results
+    tx, tw = random_tangents(x, w, tangents)
+    primal, tangent = dual(op, x, w, tx, tw, dim, keepdim)
+    expected_primal, expected_tangent = dual(composite, x, w, tx, tw, dim, keepdim)
     assert tangent.shape == primal.shape == expected_primal.shape
     torch.testing.assert_close(primal, expected_primal)
     torch.testing.assert_close(tangent, expected_tangent)

@@ -6,13 +6,14 @@ ReduceSum adds in onnxruntime's order, not our kernel's: values are compared wit
 the rounding of the result dtype (torch.testing.assert_close's defaults), dtypes and shapes exactly.
 
 Needs onnx, onnxscript and onnxruntime (skipped without them) and the package (the `site` fixture
-of conftest.py): each export runs in a fresh interpreter.
+of conftest.py): each export runs in a fresh interpreter (onnx_harness).
 """
 
 import json
 
 import pytest
 
+from onnx_harness import export_and_run
 from test_package import run_python
 
 pytest.importorskip("onnx")
@@ -21,11 +22,7 @@ pytest.importorskip("onnxruntime")
 
 pytestmark = pytest.mark.slow
 
-EXPORT_AND_RUN = """
-import json, pathlib, tempfile, warnings
-import numpy as np, onnx, onnxruntime, torch
-import custom_ops, custom_ops.onnx
-
+CASES = """
 class Model(torch.nn.Module):
     def __init__(self, weight_shape, weight_dtype, dim, keepdim, dtype):
         super().__init__()
@@ -34,7 +31,7 @@ class Model(torch.nn.Module):
     def forward(self, x):
         return torch.ops.custom.weighted_square_sum(x, self.weight, self.dim, self.keepdim, dtype=self.dtype) * 3
 
-CASES = {{  # name: (input dtype, weight shape, weight dtype, dim, keepdim, dtype)
+ARGUMENTS = {  # name: (input dtype, weight shape, weight dtype, dim, keepdim, dtype)
     "all_dims": (torch.float32, (5,), torch.float32, None, False, None),
     "empty_dim_list_keepdim": (torch.float32, (5,), torch.float32, [], True, None),
     "batch_dim_keepdim": (torch.float32, (3, 1), torch.float32, [0], True, None),
@@ -45,53 +42,17 @@ CASES = {{  # name: (input dtype, weight shape, weight dtype, dim, keepdim, dtyp
     "float32_to_float64": (torch.float32, (5,), torch.float32, [2], False, torch.float64),
     "mixed_half_float32": (torch.float16, (5,), torch.float32, [2], True, None),
     "zero_dim_weight": (torch.float16, (), torch.float32, [2], False, None),
-}}
-results = {{}}
-for case, (x_dtype, w_shape, w_dtype, dim, keepdim, dtype) in CASES.items():
-    model = Model(w_shape, w_dtype, dim, keepdim, dtype).eval()
-    x = torch.randn(4, 3, 5, dtype=x_dtype)
-    path = pathlib.Path(tempfile.mkdtemp()) / "model.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        {export}
-    onnx.checker.check_model(onnx.load(str(path)), full_check=True)
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    checks = []
-    for batch in (1, 4, 7, 33):
-        xb = torch.randn(batch, 3, 5, dtype=x_dtype)
-        got = torch.from_numpy(session.run(None, {{name: xb.numpy()}})[0])
-        expected = model(xb).detach()
-        try:
-            torch.testing.assert_close(got, expected)  # dtype and shape exactly, values to rounding
-            checks.append("ok")
-        except AssertionError as error:
-            checks.append(str(error))
-    ops = sorted({{node.op_type for node in onnx.load(str(path)).graph.node}})
-    results[case] = {{"checks": checks, "ops": ops}}
-print(json.dumps(results))
+}
+CASES = {
+    name: (Model(w_shape, w_dtype, dim, keepdim, dtype), x_dtype, (3, 5))
+    for name, (x_dtype, w_shape, w_dtype, dim, keepdim, dtype) in ARGUMENTS.items()
+}
 """
-
-DYNAMO = (
-    'torch.onnx.export(model, (x,), str(path), dynamo=True, {table}dynamic_shapes=({{0: torch.export.Dim("batch")}},))'
-)
-LEGACY = (
-    'torch.onnx.export(model, (x,), str(path), dynamo=False, input_names=["x"], dynamic_axes={{"x": {{0: "batch"}}}}'
-    "{opset})"
-)
 
 
 @pytest.mark.parametrize("how", ["registered", "table", "legacy", "legacy_opset11"])
 def test_export_runs_in_onnxruntime_like_the_op(site, how):
-    export = {
-        "registered": DYNAMO.format(table=""),
-        "table": DYNAMO.format(table="custom_translation_table=custom_ops.onnx.translation_table(), "),
-        "legacy": LEGACY.format(opset=""),
-        # ReduceSum takes its axes as an attribute before opset 13, as an input since.
-        "legacy_opset11": LEGACY.format(opset=", opset_version=11"),
-    }[how]
-    result = run_python(EXPORT_AND_RUN.format(export=export), site)
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = export_and_run(site, how, "close", CASES)
     assert len(report) == 10
     for case, entry in report.items():
         assert entry["checks"] == ["ok"] * 4, (case, entry)

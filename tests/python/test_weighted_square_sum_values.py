@@ -3,7 +3,10 @@
 Every dtype pair and the dtype= argument, weights broadcast every usual way, strided, transposed,
 sliced and channels_last operands, every set of dims of 3-D and 4-D shapes with and without
 keepdim, empty reductions and 0-dim operands; the float32 accuracy promised for 2**26 terms; the
-same bits run to run and for every CPU thread count.
+same bits run to run and for every CPU thread count. Float16/bfloat16 results written by the loops
+directly are their float32 sums rounded once; full reductions summed inside the loops (one CUDA
+kernel whose last block adds the partials) with broadcast weights, many partials, on several
+streams and in a CUDA graph.
 """
 
 import itertools
@@ -11,10 +14,12 @@ import itertools
 import pytest
 import torch
 
+from environment import CUDA_BUILT, HAS_GPU
 from reference import DTYPE_PAIRS, FLOAT_DTYPES, LOW_PRECISION, assert_storage_unchanged, dtype_name, storage_snapshot
 from square_sum_reference import assert_matches_exact, composite, exact, make, op
 
 pair_ids = [f"{dtype_name(a)}-{dtype_name(b)}" for a, b in DTYPE_PAIRS]
+needs_cuda = pytest.mark.skipif(not (HAS_GPU and CUDA_BUILT), reason="needs a GPU and the CUDA kernels")
 
 
 def all_dim_lists(ndim):
@@ -345,6 +350,9 @@ DETERMINISM_CASES = {
     "transposed_many_runs_dim0": ((1 << 17, 16), "transposed", (16,), [0]),
     "middle_of_3d": ((16, 1 << 12, 16), "contiguous", (1 << 12, 1), [1]),
     "two_dims_of_4d": ((8, 64, 32, 32), "channels_last", (64, 1, 1), [0, 2]),
+    # Full reductions with a weight broadcast along a dim: the rows' sums added inside the loop.
+    "broadcast_row_all": ((4099, 1024), "contiguous", (1024,), None),
+    "weight_per_row_all": ((4099, 1024), "contiguous", (4099, 1), None),
 }
 
 
@@ -382,3 +390,119 @@ def test_same_bits_for_every_cpu_thread_count(case):
                 f"e.g. {result[differ].flatten()[:3].tolist()} vs {results[1][differ].flatten()[:3].tolist()}"
             )
         assert_matches_exact(results[1], x, w, dim)
+
+
+# ------------------------------------------------------------------ direct writes, totals
+
+# name -> (input shape, input kind, weight shape, dim): a last-dim, a first-dim and a middle-dim
+# sum, full reductions of every layout kind (rows, a weight broadcast along them, transposed),
+# and sums the loop leaves partly to the frontend (a weight broadcast between reduced dims).
+ROUNDING_CASES = {
+    "rows": ((37, 1031), "contiguous", (1031,), [-1]),
+    "rows_split": ((3, 70000), "contiguous", (70000,), [-1]),
+    "columns": ((1031, 37), "contiguous", (1031, 1), [0]),
+    "middle": ((5, 700, 9), "contiguous", (700, 1), [1]),
+    "all": ((70001,), "contiguous", (70001,), None),
+    "broadcast_row_all": ((513, 1024), "contiguous", (1024,), None),
+    "weight_per_row_all": ((513, 1024), "contiguous", (513, 1), None),
+    "transposed_all": ((1024, 300), "transposed", (300,), None),
+    "short_rows_all": ((20000, 3), "contiguous", (3,), None),
+    "leftover": ((6, 7, 300), "contiguous", (7, 1), [0, 2]),
+}
+
+
+@pytest.mark.parametrize("case", list(ROUNDING_CASES))
+@pytest.mark.parametrize("dtype", LOW_PRECISION, ids=dtype_name)
+def test_low_precision_results_are_the_float32_sums_rounded_once(device, dtype, case):
+    # A float16/bfloat16 result is the float32 result (the same sums, in the same order) rounded
+    # once, whether the loop writes it or the frontend copies it.
+    x_shape, x_kind, w_shape, dim = ROUNDING_CASES[case]
+    x, w = make(x_shape, dtype, device, x_kind), make(w_shape, dtype, device)
+    out = op(x, w, dim)
+    assert out.dtype == dtype
+    assert torch.equal(out, op(x, w, dim, dtype=torch.float32).to(dtype))
+    assert_matches_exact(out, x, w, dim)
+    keep = op(x, w, dim, True)
+    assert torch.equal(keep, op(x, w, dim, True, dtype=torch.float32).to(dtype))
+
+
+# name -> (input shape, weight shape): full reductions whose weight is broadcast along a dim.
+TOTAL_BROADCASTS = {
+    "row": ((4099, 1024), (1024,)),
+    "per_row": ((4099, 1024), (4099, 1)),
+    "scalar": ((4099, 1024), ()),
+    "middle": ((33, 129, 65), (129, 1)),
+    "input_broadcast": ((1024,), (4099, 1024)),
+}
+
+
+@pytest.mark.parametrize("keepdim", [False, True], ids=["drop", "keepdim"])
+@pytest.mark.parametrize("case", list(TOTAL_BROADCASTS))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
+def test_totals_with_broadcast_weights(device, dtype, case, keepdim):
+    x_shape, w_shape = TOTAL_BROADCASTS[case]
+    x, w = make(x_shape, dtype, device), make(w_shape, dtype, device)
+    # A weight shared by many terms cancels less: sums small enough for float16 to hold (x / 16 is
+    # exact).
+    x = x / 16
+    if case == "scalar":
+        w = torch.tensor(0.01, dtype=dtype, device=device)
+    out = op(x, w, None, keepdim)
+    assert_matches_exact(out, x, w, None, keepdim)
+    ndim = max(x.dim(), w.dim())
+    # Every dim listed is the same reduction, the same bits.
+    assert torch.equal(op(x, w, list(range(ndim)), keepdim), out)
+    assert torch.equal(op(x, w, None, keepdim), out)
+
+
+@needs_cuda
+def test_total_with_more_partials_than_one_block_adds():
+    # 2**26 + 12345 rows of 1024 (an expanded view: no memory) make more block partials than the
+    # last block may add in series (kMaxFinalPartials): stage 2 passes add them. Every row is the
+    # same, so the exact sum is the row's times the rows.
+    rows = (1 << 26) + 12345
+    row = torch.empty(1024, device="cuda").uniform_(0.5, 1.5)
+    w = torch.empty(1024, device="cuda").uniform_(0.5, 1.5)
+    x = row.expand(rows, 1024)
+    out = op(x, w)
+    exact_row = float((w.double() * row.double().square()).sum())
+    assert abs(float(out) - rows * exact_row) <= 1e-5 * rows * exact_row
+    assert torch.equal(op(x, w), out)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_name)
+def test_totals_on_concurrent_streams_and_in_a_cuda_graph(dtype):
+    # Each call's last-block counter is its own: totals queued on two streams at once, and a
+    # graph replayed (its captured memset zeroes the counter again), give the eager results.
+    inputs = [
+        (make((4099, 1024), dtype, "cuda"), make((1024,), dtype, "cuda")),
+        (make((1 << 20,), dtype, "cuda"), make((1 << 20,), dtype, "cuda")),
+    ]
+    expected = [op(x, w) for x, w in inputs]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    torch.cuda.synchronize()
+    results = [[], []]
+    for _ in range(8):
+        for k, ((x, w), stream) in enumerate(zip(inputs, streams)):
+            with torch.cuda.stream(stream):
+                results[k].append(op(x, w))
+    torch.cuda.synchronize()
+    for k in range(2):
+        for result in results[k]:
+            assert torch.equal(result, expected[k])
+
+    x, w = inputs[0]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as capture wants
+        op(x, w)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = op(x, w)
+    for _ in range(3):
+        captured.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, expected[0])

@@ -11,6 +11,8 @@ import torch.autograd.forward_ad as fwAD
 from torch.autograd import gradcheck, gradgradcheck
 from torch.func import functional_call, grad, hessian, jacfwd, jacrev, jvp, vjp, vmap
 
+import autodiff_helpers
+from autodiff_helpers import WHICH, dual, random_tangents
 from reference import OPS, make_tensor, sum_to
 
 
@@ -41,12 +43,7 @@ def composite_backward(g, x, w):
     return sum_to(2 * w * x * g, x.shape), sum_to(x.square() * g, w.shape)
 
 
-@pytest.fixture(autouse=True)
-def no_vmap_fallback():
-    enabled = torch._C._functorch._is_vmap_fallback_enabled()
-    torch._C._functorch._set_vmap_fallback_enabled(False)
-    yield
-    torch._C._functorch._set_vmap_fallback_enabled(enabled)
+no_vmap_fallback = autodiff_helpers.no_vmap_fallback  # an autouse fixture
 
 
 # name -> (input shape, weight shape, input dtype, weight dtype)
@@ -61,7 +58,7 @@ CASES = {
     "mixed_zero_dim_float64_weight": ((3, 4), (), torch.float32, torch.float64),
     "mixed_half_float32": ((3, 4), (3, 4), torch.float16, torch.float32),
 }
-TANGENTS = {"input": (True, False), "weight": (False, True), "both": (True, True)}
+TANGENTS = WHICH
 
 
 def case_tensors(case, device):
@@ -120,17 +117,8 @@ def test_jacfwd_matches_composite(device, case, argnums):
 @pytest.mark.parametrize("case", list(CASES))
 def test_forward_ad_dual_tensors_match_composite(device, case, tangents):
     x, w = case_tensors(case, device)
-    with_x, with_w = TANGENTS[tangents]
-    tx, tw = torch.randn_like(x), torch.randn_like(w)
-    results = []
-    for f in (op, composite):
-        with fwAD.dual_level():
-            dx = fwAD.make_dual(x, tx) if with_x else x
-            dw = fwAD.make_dual(w, tw) if with_w else w
-            primal, tangent = fwAD.unpack_dual(f(dx, dw))
-            assert tangent is not None, "the result lost its tangent"
-            results.append((primal, tangent))
-    assert_same(results[0], results[1], (x, w))
+    tx, tw = random_tangents(x, w, tangents)
+    assert_same(dual(op, x, w, tx, tw), dual(composite, x, w, tx, tw), (x, w))
 
 
 @pytest.mark.parametrize("tangents", list(TANGENTS))
