@@ -11,7 +11,7 @@ writes
 
 Both hold one model, which calls both operators: forward(input, weight) =
 custom::weighted_sum(input, weight) + input + custom::weighted_square_sum(input, weight, [-1],
-keepdim=True, dtype=torch.float64), a float64 tensor of shape (batch, features) for an input of
+keepdim=True) of the operands in float64, a float64 tensor of shape (batch, features) for an input of
 shape (batch, features) and a weight of shape (features,), every size at least 2.
 
 The library must be loaded in every process that loads these files: Python callers load it with
@@ -32,12 +32,14 @@ import torch
 class CustomOpsModel(torch.nn.Module):
     """Both operators: weighted_sum(input, weight) + input, plus each row's weighted_square_sum.
 
-    The row sums are float64 (dtype=), so the callers' checks need no room for float32 rounding
-    of a sum; the result is float64 too (type promotion of the addition).
+    The row sums are float64 (of float64 operands), so the callers' checks need no room for
+    float32 rounding of a sum; the result is float64 too (type promotion of the addition). Not
+    `dtype=torch.float64`: torch 2.11's AOTInductor passes a custom op's dtype argument as another
+    dtype (pytorch/pytorch#169157, fixed by #173562 in later releases).
     """
 
     def forward(self, input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        row_sums = torch.ops.custom.weighted_square_sum(input, weight, [-1], keepdim=True, dtype=torch.float64)
+        row_sums = torch.ops.custom.weighted_square_sum(input.double(), weight.double(), [-1], keepdim=True)
         return torch.ops.custom.weighted_sum(input, weight) + input + row_sums
 
 

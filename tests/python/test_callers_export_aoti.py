@@ -93,6 +93,28 @@ def test_aoti_package_from_python_cpu(models):
     run_package_in_process(models["cpu"], "cpu")
 
 
+class DtypeArgumentModel(torch.nn.Module):
+    def forward(self, input, weight):
+        return torch.ops.custom.weighted_square_sum(input, weight, [-1], keepdim=True, dtype=torch.float64)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    torch.__version__ < "2.12",
+    reason="torch 2.11's AOTInductor proxy executor passes a custom op's ScalarType argument as its "
+    "serialized enum value (float64 arrives as complex32): pytorch/pytorch#169157, fixed by #173562",
+    raises=RuntimeError,
+    strict=True,
+)
+def test_aoti_package_passes_the_dtype_argument(tmp_path):
+    x, w = torch.randn(6, 5), torch.randn(5)
+    program = torch.export.export(DtypeArgumentModel(), (x, w))
+    package = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "dtype.pt2"))
+    result = torch._inductor.aoti_load_package(package)(x, w)
+    assert result.dtype == torch.float64
+    torch.testing.assert_close(result, (w.double() * x.double().square()).sum(-1, keepdim=True))
+
+
 FRESH_LOADER = """
 import sys, torch
 library, package, device = sys.argv[1:]
