@@ -99,18 +99,17 @@ class DtypeArgumentModel(torch.nn.Module):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    torch.__version__ < "2.12",
-    reason="torch 2.11's AOTInductor proxy executor passes a custom op's ScalarType argument as its "
-    "serialized enum value (float64 arrives as complex32): pytorch/pytorch#169157, fixed by #173562",
-    raises=RuntimeError,
-    strict=True,
-)
 def test_aoti_package_passes_the_dtype_argument(tmp_path):
     x, w = torch.randn(6, 5), torch.randn(5)
     program = torch.export.export(DtypeArgumentModel(), (x, w))
     package = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "dtype.pt2"))
     result = torch._inductor.aoti_load_package(package)(x, w)
+    if torch.__version__ < "2.12":
+        # torch 2.11's proxy executor passes a ScalarType argument as its serialized enum value
+        # (pytorch/pytorch#169157, fixed by #173562): the op gets complex32 and refuses it; the
+        # runner logs the error and returns None. Where a 2.11 build has the fix, this fails.
+        assert result is None
+        return
     assert result.dtype == torch.float64
     torch.testing.assert_close(result, (w.double() * x.double().square()).sum(-1, keepdim=True))
 
