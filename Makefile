@@ -84,10 +84,11 @@ lint-python: lint-tools
 
 # clang-tidy reads how each file is compiled from $(BUILD)/compile_commands.json, which install
 # configures (CMAKE_EXPORT_COMPILE_COMMANDS); one process per file, $(JOBS) at a time. Those are
-# GCC's flags: clang skips the GCC-only warning options (-Wno-maybe-uninitialized) instead of failing.
+# GCC's flags: clang skips the GCC-only warning options (-Wno-maybe-uninitialized) instead of failing,
+# and reads the OpenMP-compiled CPU loops without OpenMP (clang has no omp.h of GCC's runtime).
 lint-tidy: install lint-tools
 	printf '%s\n' $(TIDY_FILES) | xargs -P $(JOBS) -n 1 $(LINT_BIN)/clang-tidy -p $(BUILD) --quiet \
-	  --extra-arg=-Wno-unknown-warning-option
+	  --extra-arg=-Wno-unknown-warning-option --extra-arg=-fno-openmp
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-sanitize $(PREFIX)

@@ -29,9 +29,10 @@ namespace widest = DEFAULT;
 
 // The widest set's table where ATen runs AVX2 (or AVX512) kernels, else DEFAULT's.
 // at::get_cpu_capability() is ATen's choice (ATEN_CPU_CAPABILITY can lower it); on an AVX512 CPU
-// ATen's REGISTER_DISPATCH kernels (add, mul, ...) still run their AVX2 build.
+// ATen's REGISTER_DISPATCH kernels (add, mul, ...) still run their AVX2 build. Pointers to the
+// tables, which live as long as the library.
 template <typename Loops>
-const Loops& loops_for_cpu_capability([[maybe_unused]] const Loops& widest_loops, const Loops& default_loops) {
+const Loops* loops_for_cpu_capability([[maybe_unused]] const Loops* widest_loops, const Loops* default_loops) {
 #if defined(__x86_64__)
   const std::string capability = at::get_cpu_capability();
   if (capability == "AVX2" || capability == "AVX512") {

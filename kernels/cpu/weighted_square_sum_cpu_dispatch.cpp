@@ -8,7 +8,7 @@ namespace {
 
 void reduce(const detail::WeightedSquareSumReduction& args) {
   static const detail::WeightedSquareSumLoops* const loops =
-      &loops_for_cpu_capability(widest::weighted_square_sum_loops, DEFAULT::weighted_square_sum_loops);
+      loops_for_cpu_capability(&widest::weighted_square_sum_loops, &DEFAULT::weighted_square_sum_loops);
   loops->reduce(args);
 }
 

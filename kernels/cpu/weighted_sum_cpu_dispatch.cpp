@@ -7,9 +7,8 @@ namespace custom::cpu {
 namespace {
 
 const detail::WeightedSumLoops& selected_loops() {
-  // A pointer, not a reference bound to a lambda's result (GCC 13's -Wdangling-reference).
   static const detail::WeightedSumLoops* const loops =
-      &loops_for_cpu_capability(widest::weighted_sum_loops, DEFAULT::weighted_sum_loops);
+      loops_for_cpu_capability(&widest::weighted_sum_loops, &DEFAULT::weighted_sum_loops);
   return *loops;
 }
 
