@@ -4,6 +4,11 @@
 
 #include "cuda_test.h"
 
+// Set to 1 by CMake when the library is built with CUDA kernels.
+#ifndef CUSTOM_OPS_TESTS_EXPECT_CUDA
+#define CUSTOM_OPS_TESTS_EXPECT_CUDA 0
+#endif
+
 namespace {
 
 TEST(CudaBuild, EveryOperatorHasItsCudaKernelWhenBuiltWithCuda) {
