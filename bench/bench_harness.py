@@ -84,6 +84,14 @@ def add_timing_arguments(parser: argparse.ArgumentParser):
         default="auto",
         help="GPU timing: triton.testing.do_bench, or the hand-written CUDA-event loop (auto: triton if importable)",
     )
+    parser.add_argument(
+        "--l2-flush",
+        choices=("dirty", "clean"),
+        default="dirty",
+        help="GPU: how L2 is flushed before each repetition. dirty: a buffer is written (do_bench's way), "
+        "which leaves L2 full of dirty lines that the timed call then writes back; clean: the hand-written "
+        "event loop writes the buffer, then reads another as large, so that the call finds L2 clean",
+    )
     parser.add_argument("--warmup-ms", type=float, default=10.0, help="GPU warm-up time per measurement")
     parser.add_argument("--rep-ms", type=float, default=40.0, help="GPU measuring time per measurement")
     parser.add_argument("--min-run-time", type=float, default=0.1, help="CPU seconds per variant and size")
@@ -199,7 +207,10 @@ def check(variant: Variant, label: str, case: object, dtype: torch.dtype, out: t
 
 def gpu_timer(args) -> tuple[Callable[[Callable], float], str]:
     """Median device time in us of one call, with L2 flushed before each repetition."""
-    if args.timer in ("auto", "triton"):
+    clean = getattr(args, "l2_flush", "dirty") == "clean"
+    if clean and args.timer == "triton":
+        sys.exit("bench: --l2-flush clean needs the event timer (--timer events or auto)")
+    if args.timer in ("auto", "triton") and not clean:
         try:
             from triton.testing import do_bench
         except ImportError:
@@ -213,9 +224,16 @@ def gpu_timer(args) -> tuple[Callable[[Callable], float], str]:
             return triton_time, "triton.testing.do_bench (median, L2 flushed)"
 
     # do_bench's method by hand: a flush buffer of twice the L2 (at least 256 MiB) is written
-    # before each repetition, and CUDA events bracket the call alone.
+    # before each repetition, and CUDA events bracket the call alone. With a clean flush, a second
+    # buffer as large is then read: L2 holds clean lines, which the call evicts for free.
     l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     flush = torch.empty(max(256 << 20, 2 * l2), dtype=torch.int8, device="cuda")
+    clean_source = torch.ones(flush.numel() // 4, dtype=torch.float32, device="cuda") if clean else None
+
+    def flush_l2():
+        flush.zero_()
+        if clean_source is not None:
+            clean_source.amax()
 
     def event_time(fn):
         fn()
@@ -223,7 +241,7 @@ def gpu_timer(args) -> tuple[Callable[[Callable], float], str]:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(5):
-            flush.zero_()
+            flush_l2()
             fn()
         end.record()
         torch.cuda.synchronize()
@@ -233,14 +251,14 @@ def gpu_timer(args) -> tuple[Callable[[Callable], float], str]:
         reps = max(1, int(args.rep_ms / estimate_ms))
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
         for start, end in events:
-            flush.zero_()
+            flush_l2()
             start.record()
             fn()
             end.record()
         torch.cuda.synchronize()
         return statistics.median(start.elapsed_time(end) for start, end in events) * 1e3
 
-    return event_time, "CUDA events (median, L2 flushed)"
+    return event_time, "CUDA events (median, L2 flushed" + (" and left clean)" if clean else ")")
 
 
 def cpu_timer(args, threads: int) -> Callable[[list], dict]:

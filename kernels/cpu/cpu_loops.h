@@ -1,6 +1,7 @@
 // The CPU loops of every operator, one table per instruction set that the kernels/cpu/*_kernel.cpp
 // files are compiled for (cmake/CustomOpsCpuKernels.cmake), and which set runs: the one ATen's own
-// elementwise kernels run with. Adding an operator: declare its table in both namespaces.
+// kernels of the kind run with (elementwise: AVX2 at most; reductions: AVX512 too). Adding an
+// operator: declare its table in each namespace its file is built for.
 #pragma once
 
 #include <string>
@@ -22,7 +23,11 @@ namespace AVX2 {
 extern const detail::WeightedSumLoops weighted_sum_loops;
 extern const detail::WeightedSquareSumLoops weighted_square_sum_loops;
 }  // namespace AVX2
-namespace widest = AVX2;  // the widest set built for this architecture
+// Reductions only (cmake/CustomOpsCpuKernels.cmake says why).
+namespace AVX512 {
+extern const detail::WeightedSquareSumLoops weighted_square_sum_loops;
+}  // namespace AVX512
+namespace widest = AVX2;  // the widest set every loop is built for on this architecture
 #else
 namespace widest = DEFAULT;
 #endif
@@ -40,6 +45,18 @@ const Loops* loops_for_cpu_capability([[maybe_unused]] const Loops* widest_loops
   }
 #endif
   return default_loops;
+}
+
+// The reductions' table: AVX512's where ATen runs AVX512, as torch.sum does on such a CPU.
+template <typename Loops>
+const Loops* reduction_loops_for_cpu_capability(
+    [[maybe_unused]] const Loops* avx512_loops, const Loops* widest_loops, const Loops* default_loops) {
+#if defined(__x86_64__)
+  if (at::get_cpu_capability() == "AVX512") {
+    return avx512_loops;
+  }
+#endif
+  return loops_for_cpu_capability(widest_loops, default_loops);
 }
 
 }  // namespace custom::cpu

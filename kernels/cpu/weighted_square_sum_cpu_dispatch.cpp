@@ -8,7 +8,12 @@ namespace {
 
 void reduce(const detail::WeightedSquareSumReduction& args) {
   static const detail::WeightedSquareSumLoops* const loops =
+#if defined(__x86_64__)
+      reduction_loops_for_cpu_capability(
+          &AVX512::weighted_square_sum_loops, &widest::weighted_square_sum_loops, &DEFAULT::weighted_square_sum_loops);
+#else
       loops_for_cpu_capability(&widest::weighted_square_sum_loops, &DEFAULT::weighted_square_sum_loops);
+#endif
   loops->reduce(args);
 }
 

@@ -3,8 +3,9 @@
 // `total` the sum of them all. `out` is of the accumulation dtype or the operands': the last write
 // rounds to it.
 //
-// Like weighted_sum_kernel.cpp, this file is compiled once per instruction set (DEFAULT and AVX2;
-// CMake sets CPU_CAPABILITY) and weighted_square_sum_cpu_dispatch.cpp picks one at run time.
+// Like weighted_sum_kernel.cpp, this file is compiled once per instruction set (DEFAULT, AVX2 and,
+// as torch.sum is, AVX512; CMake sets CPU_CAPABILITY) and weighted_square_sum_cpu_dispatch.cpp
+// picks the one ATen runs.
 //
 // Order and accuracy. The reduce dimension is cut into chunks whose bounds depend on the shape
 // alone. Each chunk is summed into a partial, in series per accumulator lane (at most
@@ -16,7 +17,9 @@
 //
 // Layouts, by the strides of the views (one path per call, chosen from the strides):
 // - Rows: the reduce dimension is contiguous in the input (the weight's is too, or broadcast):
-//   full reductions and last-dimension sums. Vectorized along the reduce dimension.
+//   full reductions and last-dimension sums. Vectorized along the reduce dimension. In a total
+//   whose weight is one row for all of x's rows (w [C] over x [R, C]), kSharedRows rows to one
+//   accumulation (shared_weight_total).
 // - Columns: the inner dimension is contiguous (the weight's is too, or broadcast): first-
 //   dimension sums, and x.t() summed over its last dimension (see reduce_typed). Vectorized
 //   across inner, a chunk's rows added one after the other into sums that stay in the L1 cache.
@@ -86,6 +89,22 @@ AccParts<scalar_t> to_acc(const Vec<scalar_t>& v) {
   }
 }
 
+// The Vec<scalar_t> at p as accumulation vectors in some lane order: for bfloat16 the even and
+// the odd elements, each widened by one shift or mask (a bfloat16 is a float's upper half), half
+// the instructions of to_acc's in-order widening. For sums whose lanes are added together, with
+// x and w loaded alike (their lanes then pair up).
+template <typename scalar_t>
+AccParts<scalar_t> load_any_order(const scalar_t* p) {
+  if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
+    using Bits = Vec<int32_t>;
+    static_assert(Vec<scalar_t>::size() * sizeof(scalar_t) == Bits::size() * sizeof(int32_t));
+    const Bits bits = Bits::loadu(p);
+    return {at::vec::cast<float>(bits << Bits(16)), at::vec::cast<float>(bits & Bits(-65536))};
+  } else {
+    return to_acc(Vec<scalar_t>::loadu(p));
+  }
+}
+
 template <typename scalar_t>
 AccParts<scalar_t> broadcast(scalar_t value) {
   AccParts<scalar_t> parts;
@@ -98,47 +117,60 @@ AccParts<scalar_t> broadcast(scalar_t value) {
 template <typename scalar_t, int kLoads>
 using Accumulators = std::array<AccVec<scalar_t>, kLoads * kParts<scalar_t>>;
 
-// acc += w * (x * x): the scalar term's operation order, in the accumulation type. load_x(l)
-// gives the l-th Vec<scalar_t> of the input, load_w(l) the weight's as AccParts.
+// acc += w * (x * x): the scalar term's operation order, in the accumulation type. load_x(l) and
+// load_w(l) give the l-th Vec<scalar_t> of the input and of the weight as AccParts.
 template <typename scalar_t, int kLoads, typename LoadX, typename LoadW>
 C10_ALWAYS_INLINE void accumulate(Accumulators<scalar_t, kLoads>& acc, const LoadX& load_x, const LoadW& load_w) {
   c10::ForcedUnroll<kLoads>{}([&](auto load) {
-    const AccParts<scalar_t> x = to_acc(load_x(load));
+    const AccParts<scalar_t> x = load_x(load);
     const AccParts<scalar_t> w = load_w(load);
     c10::ForcedUnroll<kParts<scalar_t>>{}(
         [&](auto part) { acc[load * kParts<scalar_t> + part] += weighted_square(x[part], w[part]); });
   });
 }
 
-// Sums n <= kSerialTerms * (lanes of the accumulators) terms of one row whose input is
-// contiguous; the weight is too (kWeightContiguous) or is w[0] throughout.
+// Sums `rows` rows of n terms whose input is contiguous (rows * n <= kSerialTerms * (lanes of the
+// accumulators)), one row after the other into the same accumulators; the weight is contiguous
+// too (kWeightContiguous) or is w[0] throughout, and steps by w_row_stride from row to row.
+// Several rows a call: those of a total (summed together anyway) that share one weight row, where
+// a row's own lanes' sum and call would cost as much as its terms (w [1024] over x [R, 1024]).
 template <typename scalar_t, bool kWeightContiguous>
-C10_NOINLINE acc_t<scalar_t> row_sum(const scalar_t* x, const scalar_t* w, int64_t n) {
+C10_NOINLINE acc_t<scalar_t> row_sum(
+    const scalar_t* x, int64_t x_row_stride, const scalar_t* w, int64_t w_row_stride, int64_t n, int64_t rows) {
   using V = Vec<scalar_t>;
   constexpr int kLoads = kAccumulators / kParts<scalar_t>;
   constexpr int64_t kStep = kLoads * V::size();
-  int64_t i = 0;
+  const int64_t vector_end = n / kStep * kStep;
   acc_t<scalar_t> sum = 0;
-  if (n >= kStep) {  // short rows (many of them, as a rule) skip the vectors' setup and lanes' sum
+  if (vector_end > 0) {  // short rows (many of them, as a rule) skip the vectors' setup and lanes' sum
     Accumulators<scalar_t, kLoads> acc;
     acc.fill(AccVec<scalar_t>(0));
-    const AccParts<scalar_t> w_broadcast = broadcast(*w);
-    for (; i + kStep <= n; i += kStep) {
-      accumulate<scalar_t, kLoads>(
-          acc, [&](int load) { return V::loadu(x + i + load * V::size()); },
-          [&](int load) { return kWeightContiguous ? to_acc(V::loadu(w + i + load * V::size())) : w_broadcast; });
+    for (int64_t row = 0; row < rows; ++row) {
+      const scalar_t* const x_row = x + row * x_row_stride;
+      const scalar_t* const w_row = w + row * w_row_stride;
+      const AccParts<scalar_t> w_broadcast = broadcast(*w_row);
+      for (int64_t i = 0; i < vector_end; i += kStep) {
+        accumulate<scalar_t, kLoads>(
+            acc, [&](int load) { return load_any_order(x_row + i + load * V::size()); },
+            [&](int load) { return kWeightContiguous ? load_any_order(w_row + i + load * V::size()) : w_broadcast; });
+      }
     }
     static_assert(kAccumulators == 4, "the lanes' tree below adds four accumulators");
     const auto lanes = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     sum = at::vec::vec_reduce_all([](const auto& a, const auto& b) { return a + b; }, lanes);
   }
-  // Fewer than kStep terms: not worth a masked vector.
+  // Fewer than kStep terms a row: not worth a masked vector.
   acc_t<scalar_t> tail = 0;
-  for (; i < n; ++i) {
-    tail += term(x[i], w[kWeightContiguous ? i : 0]);
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t i = vector_end; i < n; ++i) {
+      tail += term(x[row * x_row_stride + i], w[row * w_row_stride + (kWeightContiguous ? i : 0)]);
+    }
   }
   return sum + tail;
 }
+
+// Rows of a total that share one weight row are summed kSharedRows to a call of row_sum.
+constexpr int64_t kSharedRows = 4;
 
 // Sums `rows` rows (at most kSerialTerms) of `width` columns into dst[0, width): the input's
 // columns are contiguous, the weight's too (kWeightContiguous) or one value per row. Row by row,
@@ -340,7 +372,8 @@ void reduce_layout(at::Tensor input, at::Tensor weight, out_t* out) {
       constexpr bool kWeightContiguous = decltype(weight_contiguous)::value;
       const auto sum_chunk = [&](int64_t o, int64_t r0, int64_t r1, int64_t i0, int64_t i1, acc* dst) {
         for (int64_t i = i0; i < i1; ++i) {
-          dst[i - i0] = row_sum<scalar_t, kWeightContiguous>(x + xs.at(o, r0, i), w + ws.at(o, r0, i), r1 - r0);
+          dst[i - i0] =
+              row_sum<scalar_t, kWeightContiguous>(x + xs.at(o, r0, i), 0, w + ws.at(o, r0, i), 0, r1 - r0, 1);
         }
       };
       reduce_in_chunks<acc>(outer, reduce, inner, kChunk, 1, out, sum_chunk);
@@ -360,12 +393,42 @@ void reduce_layout(at::Tensor input, at::Tensor weight, out_t* out) {
   }
 }
 
+// A total of x [R, C] (rows contiguous along C) weighted by one row w [C] for all of them: the
+// sums of groups of kSharedRows rows (chunked along C as the rows path is), then one pairwise tree.
+template <typename scalar_t>
+acc_t<scalar_t> shared_weight_total(const at::Tensor& input, const at::Tensor& weight) {
+  using acc = acc_t<scalar_t>;
+  const int64_t rows = input.size(0);
+  const int64_t length = input.size(1);
+  const int64_t groups = at::divup(rows, kSharedRows);
+  const scalar_t* const x = input.const_data_ptr<scalar_t>();
+  const scalar_t* const w = weight.const_data_ptr<scalar_t>();
+  const int64_t x_row_stride = input.stride(0);
+  // Every accumulator lane adds at most kSerialTerms terms of a chunk's kSharedRows rows.
+  constexpr int64_t kChunk = kSerialTerms * kAccumulators * AccVec<scalar_t>::size() / kSharedRows;
+  at::Tensor sums = at::empty({groups}, at::TensorOptions().dtype(c10::CppTypeToScalarType<acc>::value));
+  acc* const values = sums.mutable_data_ptr<acc>();
+  const auto sum_chunk = [&](int64_t group, int64_t r0, int64_t r1, int64_t /*i0*/, int64_t /*i1*/, acc* dst) {
+    const int64_t first = group * kSharedRows;
+    *dst = row_sum<scalar_t, true>(
+        x + first * x_row_stride + r0, x_row_stride, w + r0, 0, r1 - r0, std::min(kSharedRows, rows - first));
+  };
+  reduce_in_chunks<acc>(groups, length, 1, kChunk, 1, values, sum_chunk);
+  return tree_sum(values, groups);
+}
+
 template <typename scalar_t, typename out_t>
 void reduce_typed(const detail::WeightedSquareSumReduction& args) {
   using acc = acc_t<scalar_t>;
   out_t* const out = args.out.mutable_data_ptr<out_t>();
   if (!args.total) {
     reduce_layout<scalar_t>(args.input, args.weight, out);
+    return;
+  }
+  const auto& x = args.input;
+  const auto& w = args.weight;
+  if (x.size(2) == 1 && x.size(0) > 1 && x.stride(1) == 1 && w.stride(1) == 1 && w.stride(0) == 0) {
+    *out = static_cast<out_t>(shared_weight_total<scalar_t>(x, w));
     return;
   }
   // The [outer, inner] sums, then one pairwise tree over them all.

@@ -10,11 +10,15 @@ streams and in a CUDA graph.
 """
 
 import itertools
+import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from environment import CUDA_BUILT, HAS_GPU
+from environment import CUDA_BUILT, HAS_GPU, LIBRARY
 from reference import DTYPE_PAIRS, FLOAT_DTYPES, LOW_PRECISION, assert_storage_unchanged, dtype_name, storage_snapshot
 from square_sum_reference import assert_matches_exact, composite, exact, make, op
 
@@ -432,6 +436,9 @@ def test_low_precision_results_are_the_float32_sums_rounded_once(device, dtype, 
 # name -> (input shape, weight shape): full reductions whose weight is broadcast along a dim.
 TOTAL_BROADCASTS = {
     "row": ((4099, 1024), (1024,)),
+    # Rows that share a weight are summed in groups (4 on the CPU): a short last group, vector tails.
+    "row_with_tails": ((1026, 1029), (1029,)),
+    "row_short": ((10, 7), (7,)),
     "per_row": ((4099, 1024), (4099, 1)),
     "scalar": ((4099, 1024), ()),
     "middle": ((33, 129, 65), (129, 1)),
@@ -456,6 +463,40 @@ def test_totals_with_broadcast_weights(device, dtype, case, keepdim):
     # Every dim listed is the same reduction, the same bits.
     assert torch.equal(op(x, w, list(range(ndim)), keepdim), out)
     assert torch.equal(op(x, w, None, keepdim), out)
+
+
+@pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
+def test_each_cpu_instruction_set_build_gives_exact_sums(capability):
+    # The CPU loops are compiled per instruction set and picked from ATen's capability; this
+    # process runs one of them, so each runs in a fresh process with ATEN_CPU_CAPABILITY.
+    widths = ["DEFAULT", "AVX2", "AVX512"]
+    if widths.index(capability.upper()) > widths.index(torch.backends.cpu.get_cpu_capability()):
+        pytest.skip(f"the CPU (or ATEN_CPU_CAPABILITY) does not allow {capability}")
+    code = f"""
+import sys; sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+import torch
+torch.ops.load_library({str(LIBRARY)!r})
+from test_weighted_square_sum_values import ROUNDING_CASES, TOTAL_BROADCASTS
+from reference import FLOAT_DTYPES
+from square_sum_reference import assert_matches_exact, make, op
+print(torch.backends.cpu.get_cpu_capability())
+cases = [*ROUNDING_CASES.values(), *((x, "contiguous", w, None) for x, w in TOTAL_BROADCASTS.values())]
+for x_shape, x_kind, w_shape, dim in cases:
+    for dtype in FLOAT_DTYPES:
+        x, w = make(x_shape, dtype, "cpu", x_kind), make(w_shape, dtype, "cpu")
+        x.mul_(1 / 16)  # float16 sums of many rows stay in range
+        assert_matches_exact(op(x, w, dim), x, w, dim)
+print("ok")
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ATEN_CPU_CAPABILITY": capability},
+    )
+    assert result.returncode == 0 and result.stdout.split()[-1] == "ok", result.stdout[-2000:] + result.stderr[-3000:]
+    assert result.stdout.split()[0] == capability.upper()
 
 
 @needs_cuda
