@@ -8,6 +8,7 @@ One process measures, side by side, on the GPU (or with --device cpu on the CPU)
   two_step   torch.ops.custom.weighted_sum(x, w).sum(dims)   our first op, then torch.sum
   compile    torch.compile((w * x * x).sum(dims)): on the GPU one static graph per shape
   sum_x      torch.sum(x, dims)                      the 1-stream reduction of x alone
+  sum_same_bytes  torch.sum of x and w as one tensor  (CPU only) a 1-stream reduction of ours' bytes
   copy       y.copy_(x)                              sets the floor: ours' bytes (x and w once) at
                                                      the bandwidth copy_ reaches at this size
 

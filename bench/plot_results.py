@@ -273,6 +273,7 @@ SQUARE_SUM = {  # variant: (label, colour, line style)
     "two_step": ("weighted_sum(x, w).sum", "tab:purple", "-"),
     "compile": ("torch.compile (w*x*x).sum", "tab:orange", "-"),
     "sum_x": ("torch.sum(x) (1 stream)", "tab:blue", "--"),
+    "sum_same_bytes": ("torch.sum(x and w) (1 stream, ours' bytes)", "tab:cyan", ":"),
 }
 SQUARE_SUM_BOUNDS = {"columns": 1.15}  # else 1.05
 

@@ -18,6 +18,7 @@ KIND = "square_sum"  # every row's "kind"
 LABELS = {
     "copy": "y.copy_(x) floor",
     "sum_x": "torch.sum(x)",
+    "sum_same_bytes": "torch.sum(x and w)",
     "eager": "eager (w*x^2).sum",
     "two_step": "weighted_sum().sum",
     "compile": "compile (w*x*x).sum",
@@ -39,6 +40,8 @@ def timed_rows(case, shape, variants, times: dict) -> list[dict]:
                 time, and half of it for broadcast_row, whose w is read once)
     vs_sum      this variant's GB/s / torch.sum(x)'s: above 1, more bytes read per second than
                 the 1-stream reduction of x alone (the CPU target)
+    vs_sum_same_bytes  this variant's GB/s / torch.sum's over a tensor of x's and w's bytes (CPU
+                only): the same comparison at ours' working set
     vs_eager    this time / eager's (below 1: faster)
     vs_compile  this time / torch.compile's
     vs_compile_slow  ours only: vs_compile where compile's time is above COMPILE_SLOW x the
@@ -51,6 +54,8 @@ def timed_rows(case, shape, variants, times: dict) -> list[dict]:
         return times["copy"] * variant.bytes / copy.bytes
 
     sum_gbps = by_name["sum_x"].bytes / times["sum_x"]
+    same = by_name.get("sum_same_bytes")
+    same_gbps = same.bytes / times[same.name] if same is not None else None
     rows = []
     for variant in variants:
         us = times[variant.name]
@@ -59,6 +64,7 @@ def timed_rows(case, shape, variants, times: dict) -> list[dict]:
             "floor_us": round(floor_us(variant), 3),
             "vs_floor": round(us / floor_us(variant), 4),
             "vs_sum": round(variant.bytes / us / sum_gbps, 4),
+            "vs_sum_same_bytes": round(variant.bytes / us / same_gbps, 4) if same_gbps else None,
             "vs_eager": round(us / times["eager"], 4),
             "vs_compile": round(us / times["compile"], 4) if "compile" in times else None,
         }
@@ -72,9 +78,15 @@ def timed_rows(case, shape, variants, times: dict) -> list[dict]:
 # ----------------------------------------------------------------------------------------------
 # Printing
 
-ROW_FORMAT = "{:<20} {:<9} {:<13} {:>4} {:>5} {:>12} {:>9} {:>8} {:>8} {:>8} {:>9}"
+ROW_FORMAT = "{:<20} {:<9} {:<13} {:>4} {:>5} {:>12} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9}"
 # The ratio columns after weighted_sum_report.COLUMNS: the row field, and its column's title.
-RATIOS = {"vs_floor": "vs floor", "vs_sum": "vs sum", "vs_eager": "vs eager", "vs_compile": "vs compile"}
+RATIOS = {
+    "vs_floor": "vs floor",
+    "vs_sum": "vs sum",
+    "vs_sum_same_bytes": "vs same",
+    "vs_eager": "vs eager",
+    "vs_compile": "vs compile",
+}
 
 
 def print_header(threads, dtype, layout):
@@ -130,6 +142,18 @@ def targets() -> list[Target]:
             "CPU n>=2^20, all threads, every dtype and layout: ours' GB/s >= 0.9x torch.sum(x)'s",
             "cpu",
             "vs_sum",
+            0.9,
+            True,
+            LAYOUTS,
+            20,
+            all_threads=True,
+        )
+    )
+    found.append(
+        _ours(
+            "CPU n>=2^20, all threads, every dtype and layout: ours' GB/s >= 0.9x torch.sum's over the same bytes",
+            "cpu",
+            "vs_sum_same_bytes",
             0.9,
             True,
             LAYOUTS,

@@ -21,7 +21,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 LAYOUTS = ("full", "rows_c1024", "rows_c16384", "columns", "broadcast_row")
 COLUMNS = 1024  # C of `columns` and `broadcast_row`
 # The variants in the order they are timed (each size: every variant in turn on the CPU).
-VARIANTS = ("copy", "sum_x", "eager", "two_step", "compile", "ours")
+VARIANTS = ("copy", "sum_x", "sum_same_bytes", "eager", "two_step", "compile", "ours")
 # Inputs are randn * X_SCALE: a float16 result must not overflow. With x ~ N(0, s^2) and
 # w ~ N(0, 1), a full sum over n terms has a standard deviation of sqrt(3 n) s^2: at n = 2^28 and
 # s = 1 that is 28,000, so 65,504 (float16's largest) is 2.3 sigma away and some seed overflows;
@@ -98,7 +98,8 @@ def compile_composite(x, w, dims):
 
 def variants(x, w, dims, y, compiled) -> list[Variant]:
     """The variants of one case. Each one's bytes are what it must read (x and w once, a broadcast
-    w at its own size; sum_x x alone) and write (its result), so ours' floor in
+    w at its own size; sum_x x alone; sum_same_bytes, on the CPU, x and w as one tensor) and write
+    (its result), so ours' floor in
     weighted_square_sum_report.timed_rows is 2 streams (x and w), and 1 for broadcast_row."""
 
     def weighted():
@@ -118,6 +119,19 @@ def variants(x, w, dims, y, compiled) -> list[Variant]:
         # device reaches here, the way bench_weighted_sum.py's forward+backward floor does.
         Variant("copy", lambda: y.copy_(x), lambda: (x.double(),), nbytes(x, y)),
         Variant("sum_x", lambda: torch.sum(x, dims), plain, nbytes(x) + result_bytes),
+    ]
+    if x.device.type == "cpu":
+        # torch.sum over as many bytes as ours reads (x and w in one tensor, summed whole): a
+        # 1-stream reduction with ours' working set, where torch.sum(x)'s half-size input may
+        # still fit a cache that x and w together do not.
+        both = torch.cat([x.reshape(-1), w.reshape(-1)])
+
+        def plain_both():
+            both64 = both.double()
+            return (Summed(both64.sum(), both64.abs().sum()),)
+
+        found.append(Variant("sum_same_bytes", lambda: torch.sum(both), plain_both, nbytes(both) + both.element_size()))
+    found += [
         Variant("eager", lambda: eager_composite(x, w, dims), weighted, reads),
         Variant("two_step", lambda: torch.ops.custom.weighted_sum(x, w).sum(dims), weighted, reads),
     ]

@@ -53,7 +53,7 @@ def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
     }
     for case in cases:
         variants = {row["variant"]: row for row in rows if (row["dtype"], row["layout"], row["log2n"]) == case}
-        assert set(variants) == {"copy", "sum_x", "eager", "two_step", "ours"}
+        assert set(variants) == {"copy", "sum_x", "sum_same_bytes", "eager", "two_step", "ours"}
         copy, ours, sum_x = variants["copy"], variants["ours"], variants["sum_x"]
         assert copy["vs_floor"] == 1.0 and sum_x["vs_sum"] == 1.0 and variants["eager"]["vs_eager"] == 1.0
         # Ours' floor is the copy's time (2 streams of x's size, as copy_ moves), half of it where
@@ -67,11 +67,15 @@ def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
             bandwidth = (row["bytes"] / row["median_us"]) / (sum_x["bytes"] / sum_x["median_us"])
             assert abs(row["vs_sum"] - bandwidth) < 0.01 * row["vs_sum"]
             assert abs(row["vs_eager"] - row["median_us"] / variants["eager"]["median_us"]) < 0.01 * row["vs_eager"]
+            # vs_sum_same_bytes: the same, against torch.sum over x's and w's bytes in one tensor.
+            same = variants["sum_same_bytes"]
+            bandwidth = (row["bytes"] / row["median_us"]) / (same["bytes"] / same["median_us"])
+            assert abs(row["vs_sum_same_bytes"] - bandwidth) < 0.01 * row["vs_sum_same_bytes"]
         assert ours["vs_compile_slow"] is None  # no compile measured
 
     # The CPU targets start at 2^20: listed, without rows.
     summary = {target["target"]: target for target in data["summary"]}
-    assert len(summary) == 2 and all(text.startswith("CPU") for text in summary)
+    assert len(summary) == 3 and all(text.startswith("CPU") for text in summary)
     assert all(target["status"] == "n/a" for target in summary.values())
     assert "== targets" in result.stdout and "ours" in result.stdout
 
@@ -134,12 +138,13 @@ def test_gpu_compile_target_judges_only_where_compile_is_slow(report):
 
 def test_cpu_targets_read_all_threads_rows_from_2_20(report):
     rows = [
-        _ours("full", 20, 1.0, threads=2, vs_sum=0.95, vs_eager=0.5),
-        _ours("rows_c1024", 21, 1.0, threads=2, vs_sum=0.85, vs_eager=0.6),
-        _ours("full", 21, 1.0, threads=1, vs_sum=0.1, vs_eager=0.9),  # not all threads
-        _ours("full", 19, 1.0, threads=2, vs_sum=0.1, vs_eager=0.9),  # below 2^20
+        _ours("full", 20, 1.0, threads=2, vs_sum=0.95, vs_sum_same_bytes=1.1, vs_eager=0.5),
+        _ours("rows_c1024", 21, 1.0, threads=2, vs_sum=0.85, vs_sum_same_bytes=0.92, vs_eager=0.6),
+        _ours("full", 21, 1.0, threads=1, vs_sum=0.1, vs_sum_same_bytes=0.1, vs_eager=0.9),  # not all threads
+        _ours("full", 19, 1.0, threads=2, vs_sum=0.1, vs_sum_same_bytes=0.1, vs_eager=0.9),  # below 2^20
     ]
-    bandwidth, eager = report.evaluate_all(rows, "cpu", 2)
-    assert "torch.sum" in bandwidth["target"] and bandwidth["status"] == "MISS" and bandwidth["worst"] == 0.85
+    bandwidth, same_bytes, eager = report.evaluate_all(rows, "cpu", 2)
+    assert "torch.sum(x)" in bandwidth["target"] and bandwidth["status"] == "MISS" and bandwidth["worst"] == 0.85
+    assert "same bytes" in same_bytes["target"] and same_bytes["status"] == "PASS" and same_bytes["worst"] == 0.92
     assert "eager" in eager["target"] and eager["status"] == "PASS" and eager["worst"] == 0.6
-    assert bandwidth["rows"] == eager["rows"] == 2
+    assert bandwidth["rows"] == same_bytes["rows"] == eager["rows"] == 2
