@@ -18,7 +18,7 @@
 // Layouts, by the strides of the views (one path per call, chosen from the strides):
 // - Rows: the reduce dimension is contiguous in the input (the weight's is too, or broadcast):
 //   full reductions and last-dimension sums. Vectorized along the reduce dimension. In a total
-//   whose weight is one row for all of x's rows (w [C] over x [R, C]), kSharedRows rows to one
+//   whose weight is one row for all of x's rows (w [C] over x [R, C]), several rows to one
 //   accumulation (shared_weight_total).
 // - Columns: the inner dimension is contiguous (the weight's is too, or broadcast): first-
 //   dimension sums, and x.t() summed over its last dimension (see reduce_typed). Vectorized
@@ -168,9 +168,6 @@ C10_NOINLINE acc_t<scalar_t> row_sum(
   }
   return sum + tail;
 }
-
-// Rows of a total that share one weight row are summed kSharedRows to a call of row_sum.
-constexpr int64_t kSharedRows = 4;
 
 // Sums `rows` rows (at most kSerialTerms) of `width` columns into dst[0, width): the input's
 // columns are contiguous, the weight's too (kWeightContiguous) or one value per row. Row by row,
@@ -393,25 +390,27 @@ void reduce_layout(at::Tensor input, at::Tensor weight, out_t* out) {
   }
 }
 
-// A total of x [R, C] (rows contiguous along C) weighted by one row w [C] for all of them: the
-// sums of groups of kSharedRows rows (chunked along C as the rows path is), then one pairwise tree.
+// A total of x [R, C] (rows contiguous along C) weighted by one row w [C] for all of them: rows
+// taken whole, as many to one accumulation (row_sum) as the serial bound allows, so that the reads
+// run through x in order; rows longer than that chunked along C. Then one pairwise tree.
 template <typename scalar_t>
 acc_t<scalar_t> shared_weight_total(const at::Tensor& input, const at::Tensor& weight) {
   using acc = acc_t<scalar_t>;
+  // The terms of one accumulation: every accumulator lane adds kSerialTerms of them.
+  constexpr int64_t kChunk = kSerialTerms * kAccumulators * AccVec<scalar_t>::size();
   const int64_t rows = input.size(0);
   const int64_t length = input.size(1);
-  const int64_t groups = at::divup(rows, kSharedRows);
+  const int64_t group_rows = std::max<int64_t>(1, kChunk / length);
+  const int64_t groups = at::divup(rows, group_rows);
   const scalar_t* const x = input.const_data_ptr<scalar_t>();
   const scalar_t* const w = weight.const_data_ptr<scalar_t>();
   const int64_t x_row_stride = input.stride(0);
-  // Every accumulator lane adds at most kSerialTerms terms of a chunk's kSharedRows rows.
-  constexpr int64_t kChunk = kSerialTerms * kAccumulators * AccVec<scalar_t>::size() / kSharedRows;
   at::Tensor sums = at::empty({groups}, at::TensorOptions().dtype(c10::CppTypeToScalarType<acc>::value));
   acc* const values = sums.mutable_data_ptr<acc>();
   const auto sum_chunk = [&](int64_t group, int64_t r0, int64_t r1, int64_t /*i0*/, int64_t /*i1*/, acc* dst) {
-    const int64_t first = group * kSharedRows;
+    const int64_t first = group * group_rows;
     *dst = row_sum<scalar_t, true>(
-        x + first * x_row_stride + r0, x_row_stride, w + r0, 0, r1 - r0, std::min(kSharedRows, rows - first));
+        x + first * x_row_stride + r0, x_row_stride, w + r0, 0, r1 - r0, std::min(group_rows, rows - first));
   };
   reduce_in_chunks<acc>(groups, length, 1, kChunk, 1, values, sum_chunk);
   return tree_sum(values, groups);

@@ -436,9 +436,10 @@ def test_low_precision_results_are_the_float32_sums_rounded_once(device, dtype, 
 # name -> (input shape, weight shape): full reductions whose weight is broadcast along a dim.
 TOTAL_BROADCASTS = {
     "row": ((4099, 1024), (1024,)),
-    # Rows that share a weight are summed in groups (4 on the CPU): a short last group, vector tails.
+    # Rows that share a weight are summed in groups (on the CPU): a short last group, vector tails.
     "row_with_tails": ((1026, 1029), (1029,)),
     "row_short": ((10, 7), (7,)),
+    "row_long": ((5, 20011), (20011,)),  # rows cut along their length
     "per_row": ((4099, 1024), (4099, 1)),
     "scalar": ((4099, 1024), ()),
     "middle": ((33, 129, 65), (129, 1)),
