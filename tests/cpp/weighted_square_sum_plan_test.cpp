@@ -219,7 +219,7 @@ TEST(WeightedSquareSumPlan, FullReductionsAreTotalsOfFewPartials) {
     EXPECT_EQ(full.rows.splits, plain.rows.splits);
     EXPECT_EQ(full.rows.segment, plain.rows.segment);
     EXPECT_TRUE(full.passes.empty());
-    EXPECT_LE(full.partials, 1024);
+    EXPECT_LE(full.partials, sq::kTargetWarps / sq::kWarpsPerBlock);
     expect_total_sound(full);
     EXPECT_FALSE(plain.total);
     EXPECT_TRUE(plain.passes.empty());
@@ -228,7 +228,7 @@ TEST(WeightedSquareSumPlan, FullReductionsAreTotalsOfFewPartials) {
 
 TEST(WeightedSquareSumPlan, BroadcastRowTotalAddsRowsInWarpsOfSeveral) {
   // x [R, 1024] with w [1024], dim=None: [R, 1024, 1], the weight's row stride 0. Each warp adds
-  // several rows, so the partials are a few hundred, not R.
+  // several rows, so the partials are a block's per kTargetWarps rows, not R.
   for (const int64_t vector : {2, 4, 8}) {
     SCOPED_TRACE(vector);
     const int64_t rows = (int64_t{1} << 26) / 1024;
@@ -240,7 +240,7 @@ TEST(WeightedSquareSumPlan, BroadcastRowTotalAddsRowsInWarpsOfSeveral) {
     EXPECT_FALSE(plan.weight_fixed);
     EXPECT_GT(plan.run, 1);
     EXPECT_TRUE(plan.passes.empty());
-    EXPECT_LE(plan.partials, 1024);
+    EXPECT_LE(plan.partials, sq::kTargetWarps / sq::kWarpsPerBlock);
     expect_total_sound(plan);
     // Twice the rows: the same partials, longer runs.
     p.outer *= 2;
