@@ -299,6 +299,87 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_total_kernel(
   finish_total(total, shared);
 }
 
+// Makes the compiler forget a group's value: a group held across loop iterations then stays in its
+// storage type, widened where used. Left to itself, the compiler widens held float16/bfloat16
+// weights once, before the loop, and their 32 floats a lane spill under 64 registers.
+template <typename scalar_t, int kN>
+__device__ __forceinline__ void keep_in_storage_type(Group<scalar_t, kN>& group) {
+  static_assert(sizeof(group) % sizeof(uint32_t) == 0);
+  uint32_t words[sizeof(group) / sizeof(uint32_t)];
+  memcpy(words, &group, sizeof(group));
+#pragma unroll
+  for (auto& word : words) {
+    asm volatile("" : "+r"(word));
+  }
+  memcpy(&group, words, sizeof(group));
+}
+
+// Blocks an SM for shared_weight_rows_total_kernel: in bfloat16 ptxas spills over 100 bytes a
+// thread under 64 registers, 36 under 80 (sm_90); the other types fit 64.
+template <typename scalar_t>
+constexpr int kSharedWeightBlocksPerSm = std::is_same_v<scalar_t, c10::BFloat16> ? 3 : kMinBlocksPerSm;
+
+// A total on Rows whose rows share one weight row of at most kWarp * kN * kWeightRegisterGroups
+// elements (plan.weight_in_registers: x [R, C], w [C], rows not cut). Each lane loads its groups of
+// the weight row once, then for every row of its warp's run loads only its groups of x, all in
+// flight together: twice the bytes of x in flight of add_segment, which also loads w each row.
+template <typename scalar_t, typename out_t, bool kVectorized>
+__global__ void __launch_bounds__(kThreads, kSharedWeightBlocksPerSm<scalar_t>) shared_weight_rows_total_kernel(
+    RowsArgs<scalar_t> a, int64_t run, TotalArgs<acc_t<scalar_t>, out_t> total) {
+  using acc = acc_t<scalar_t>;
+  constexpr int kN = kVec<scalar_t>;
+  constexpr int kG = square_sum::kWeightRegisterGroups;
+  __shared__ acc shared[kWarpsPerBlock];
+  const int64_t p = total_item();
+  if (p < total.partials) {
+    const int lane = threadIdx.x % kWarp;
+    const int64_t groups = a.length / kN;
+    Group<scalar_t, kN> wg[kG];
+#pragma unroll
+    for (int u = 0; u < kG; ++u) {
+      if (lane + u * kWarp < groups) {
+        wg[u] = load_group<kVectorized, kN>(a.weight + (lane + u * kWarp) * kN);
+      }
+    }
+    // The last length % kN elements of a row, one a lane.
+    const int64_t tail = groups * kN + lane;
+    const scalar_t w_tail = tail < a.length ? a.weight[tail] : scalar_t(0);
+    acc sums[kN] = {};
+    const int64_t first = (p * kWarpsPerBlock + threadIdx.x / kWarp) * run;
+    // run <= kMaxSerial: a 32-bit count.
+    const int count = static_cast<int>(std::clamp<int64_t>(a.segments - first, 0, run));
+#pragma unroll 1
+    for (int k = 0; k < count; ++k) {
+      const scalar_t* x = a.input + (first + k) * a.input_row_stride;
+      Group<scalar_t, kN> xg[kG];
+#pragma unroll
+      for (int u = 0; u < kG; ++u) {
+        if (lane + u * kWarp < groups) {
+          xg[u] = load_group<kVectorized, kN>(x + (lane + u * kWarp) * kN);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kG; ++u) {
+        if (lane + u * kWarp < groups) {
+          keep_in_storage_type(wg[u]);
+#pragma unroll
+          for (int j = 0; j < kN; ++j) {
+            sums[j] += math::WeightedSquareSumTerm{}(xg[u].val[j], wg[u].val[j]);
+          }
+        }
+      }
+      if (tail < a.length) {
+        sums[0] += math::WeightedSquareSumTerm{}(x[tail], w_tail);
+      }
+    }
+    const acc sum = block_sum(group_sum(sums), shared);
+    if (threadIdx.x == 0) {
+      store_partial(total, p, sum);
+    }
+  }
+  finish_total(total, shared);
+}
+
 // ---- Tiles: a block per [rows of a chunk] x [column groups] tile -------------------------------
 
 // TilesPlan, as a kernel argument.
@@ -582,7 +663,13 @@ void launch_total_stage1(
   with_flags(plan.vectorized, plan.weight_fixed, [&](auto vectorized, auto weight_fixed) {
     constexpr bool kVectorized = decltype(vectorized)::value;
     constexpr bool kWeightFixed = decltype(weight_fixed)::value;
-    if (plan.layout == square_sum::Layout::Rows) {
+    if (plan.layout == square_sum::Layout::Rows && plan.weight_in_registers) {
+      TORCH_INTERNAL_ASSERT(!plan.weight_fixed);
+      if constexpr (!kWeightFixed) {
+        shared_weight_rows_total_kernel<scalar_t, out_t, kVectorized>
+            <<<grid, kThreads, 0, stream>>>(rows_argument(plan.rows, x, w), plan.run, total);
+      }
+    } else if (plan.layout == square_sum::Layout::Rows) {
       rows_total_kernel<scalar_t, out_t, kVectorized, kWeightFixed>
           <<<grid, kThreads, 0, stream>>>(rows_argument(plan.rows, x, w), plan.run, total);
     } else {

@@ -38,13 +38,20 @@ inline constexpr int64_t kMaxSerial = 1024;
 // aligned when its row does.
 inline constexpr int64_t kSegmentGranule = 256;
 // Rows: enough warps that the loads in flight cover HBM latency (H100/H200: 132 SMs); with fewer
-// rows, rows are cut towards kTargetWarps segments of at least kMinSegment elements. Measured on
-// an H200 (full reductions, 2^26..2^28 elements): 16384 segments (of 4096..16384 elements) ran
-// 2-10% faster in float32 than 4096 and as fast in bfloat16; a total's partials are added by
-// its last block, so more of them cost little.
+// rows, rows are cut towards kTargetWarps segments of at least kMinSegment and at most
+// kMaxSegment elements. Measured on an H200 (full reductions, 2^26..2^28 elements): segments of
+// 32768 ran 4-10% slower in float32 than segments of 8192..16384; bfloat16 alike within 1-2%.
 inline constexpr int64_t kEnoughWarps = 4096;
-inline constexpr int64_t kTargetWarps = 16384;
+inline constexpr int64_t kTargetWarps = 4096;
 inline constexpr int64_t kMinSegment = 2048;
+inline constexpr int64_t kMaxSegment = 16384;
+// A total's warps take runs of segments, about kTotalWarps warps in all: its partials (one a
+// block) are added by its last block, so the finer grain costs little.
+inline constexpr int64_t kTotalWarps = 16384;
+// Rows of a total that share one weight row (w [C] over x [R, C]) of at most kWarp * (vector) *
+// kWeightRegisterGroups elements: each lane keeps its weight groups in registers for every row
+// it adds, and loads only x (all its groups of a row in flight at once).
+inline constexpr int kWeightRegisterGroups = 4;
 // Tiles: the same for blocks. Chunks of at least kMinChunkRows rows keep the partials' traffic
 // under 1% of the operands' and each block's loop long enough to stream (shorter chunks measured
 // up to 15% slower for bfloat16 on an H200).
@@ -109,6 +116,7 @@ struct Plan {
   Layout layout = Layout::Tiles;
   bool vectorized = false;  // 16-byte loads; changes how loads happen, not what is added when
   bool weight_fixed = false;  // the weight is constant along reduce: read once per output
+  bool weight_in_registers = false;  // Rows total: one short weight row for all rows (kWeightRegisterGroups)
   RowsPlan rows;
   TilesPlan tiles;
   TilesPlan second;  // stage 2 over the partials, when chunks() > 1 (not total)
@@ -205,7 +213,7 @@ inline void plan_total(Plan& plan) {
   if (plan.layout == Layout::Rows) {
     const int64_t segments = plan.rows.rows * plan.rows.splits;
     const int64_t cap = std::max<int64_t>(1, kMaxSerial / ceil_div(plan.rows.segment, kWarp));
-    plan.run = std::clamp<int64_t>(segments / kTargetWarps, 1, cap);
+    plan.run = std::clamp<int64_t>(segments / kTotalWarps, 1, cap);
     plan.partials = ceil_div(ceil_div(segments, plan.run), kWarpsPerBlock);
   } else {
     const auto& t = plan.tiles;
@@ -243,7 +251,10 @@ inline Plan plan_reduction(Problem p) {
     auto& r = plan.rows;
     r = {p.outer, p.reduce, xs[0], ws[0]};
     const int64_t min_splits = ceil_div(r.length, kWarp * kMaxSerial);
-    const int64_t splits = pieces(r.rows, r.length, min_splits, kEnoughWarps, kTargetWarps, kMinSegment);
+    int64_t splits = pieces(r.rows, r.length, min_splits, kEnoughWarps, kTargetWarps, kMinSegment);
+    if (r.rows * min_splits < kEnoughWarps) {
+      splits = std::max(splits, ceil_div(r.length, kMaxSegment));
+    }
     r.segment = ceil_div(ceil_div(r.length, splits), kSegmentGranule) * kSegmentGranule;
     r.splits = ceil_div(r.length, r.segment);
     // Segments start at multiples of kSegmentGranule elements of their row; a fixed weight is
@@ -252,6 +263,8 @@ inline Plan plan_reduction(Problem p) {
         p.input_aligned && multiple(xs[0], v) && (plan.weight_fixed || (p.weight_aligned && multiple(ws[0], v)));
     if (p.total) {
       plan_total(plan);
+      plan.weight_in_registers = r.rows > 1 && r.splits == 1 && r.weight_row_stride == 0 && !plan.weight_fixed &&
+          r.length <= kWarp * v * kWeightRegisterGroups;
     } else if (r.splits > 1) {
       plan.second = plan_tiles(r.rows, r.splits, 1, {r.splits, 1, 0}, {}, 1, false);
     }

@@ -219,7 +219,9 @@ TEST(WeightedSquareSumPlan, FullReductionsAreTotalsOfFewPartials) {
     EXPECT_EQ(full.rows.splits, plain.rows.splits);
     EXPECT_EQ(full.rows.segment, plain.rows.segment);
     EXPECT_TRUE(full.passes.empty());
-    EXPECT_LE(full.partials, sq::kTargetWarps / sq::kWarpsPerBlock);
+    EXPECT_LE(full.partials, sq::kTotalWarps / sq::kWarpsPerBlock);
+    EXPECT_LE(full.rows.segment, sq::kMaxSegment);
+    EXPECT_FALSE(full.weight_in_registers);
     expect_total_sound(full);
     EXPECT_FALSE(plain.total);
     EXPECT_TRUE(plain.passes.empty());
@@ -228,7 +230,7 @@ TEST(WeightedSquareSumPlan, FullReductionsAreTotalsOfFewPartials) {
 
 TEST(WeightedSquareSumPlan, BroadcastRowTotalAddsRowsInWarpsOfSeveral) {
   // x [R, 1024] with w [1024], dim=None: [R, 1024, 1], the weight's row stride 0. Each warp adds
-  // several rows, so the partials are a block's per kTargetWarps rows, not R.
+  // several rows, so the partials are about kTotalWarps / kWarpsPerBlock, not R.
   for (const int64_t vector : {2, 4, 8}) {
     SCOPED_TRACE(vector);
     const int64_t rows = (int64_t{1} << 26) / 1024;
@@ -240,7 +242,10 @@ TEST(WeightedSquareSumPlan, BroadcastRowTotalAddsRowsInWarpsOfSeveral) {
     EXPECT_FALSE(plan.weight_fixed);
     EXPECT_GT(plan.run, 1);
     EXPECT_TRUE(plan.passes.empty());
-    EXPECT_LE(plan.partials, sq::kTargetWarps / sq::kWarpsPerBlock);
+    EXPECT_LE(plan.partials, sq::kTotalWarps / sq::kWarpsPerBlock);
+    // A lane's weight groups of a row stay in registers where the row has at most
+    // kWeightRegisterGroups groups a lane: rows of 1024 in 2-byte types, not in float32.
+    EXPECT_EQ(plan.weight_in_registers, 1024 <= sq::kWarp * vector * sq::kWeightRegisterGroups);
     expect_total_sound(plan);
     // Twice the rows: the same partials, longer runs.
     p.outer *= 2;
@@ -248,6 +253,9 @@ TEST(WeightedSquareSumPlan, BroadcastRowTotalAddsRowsInWarpsOfSeveral) {
     EXPECT_EQ(longer.run, 2 * plan.run);
     EXPECT_EQ(longer.partials, plan.partials);
     expect_total_sound(longer);
+    // Not for rows with weights of their own, nor for a sum per row.
+    EXPECT_FALSE(sq::plan_reduction(total(contiguous(rows, 1024, 1, vector))).weight_in_registers);
+    EXPECT_FALSE(sq::plan_reduction(p).weight_in_registers);
   }
 }
 
