@@ -440,6 +440,11 @@ TOTAL_BROADCASTS = {
     "row_with_tails": ((1026, 1029), (1029,)),
     "row_short": ((10, 7), (7,)),
     "row_long": ((5, 20011), (20011,)),  # rows cut along their length
+    # CUDA holds a short shared weight row in registers (up to 1024 elements in 2-byte types, 512
+    # in float32, 256 in float64): full and partial vector groups, a tail, aligned rows or not.
+    "row_512": ((1000, 512), (512,)),
+    "row_odd": ((333, 1021), (1021,)),
+    "row_250": ((901, 250), (250,)),
     "per_row": ((4099, 1024), (4099, 1)),
     "scalar": ((4099, 1024), ()),
     "middle": ((33, 129, 65), (129, 1)),
