@@ -169,10 +169,15 @@ C10_NOINLINE acc_t<scalar_t> row_sum(
   return sum + tail;
 }
 
+// Rows the columns path adds together before their sum joins dst: one load and store of dst per
+// kColumnRows rows' terms instead of per row.
+constexpr int kColumnRows = 4;
+
 // Sums `rows` rows (at most kSerialTerms) of `width` columns into dst[0, width): the input's
-// columns are contiguous, the weight's too (kWeightContiguous) or one value per row. Row by row,
-// with the sums in dst: each row is one sequential read, which the hardware prefetches (a tile of
-// columns held in registers down all the rows would jump a row's stride, and often a page, per load).
+// columns are contiguous, the weight's too (kWeightContiguous) or one value per row. kColumnRows
+// rows at a time (then row by row), with the sums in dst: each row is one sequential read, which
+// the hardware prefetches (a tile of columns held in registers down all the rows would jump a
+// row's stride, and often a page, per load). The rows of a group are added pairwise, then to dst.
 template <typename scalar_t, bool kWeightContiguous>
 C10_NOINLINE void column_sums(
     const scalar_t* x,
@@ -184,20 +189,56 @@ C10_NOINLINE void column_sums(
     acc_t<scalar_t>* dst) {
   using V = Vec<scalar_t>;
   using A = AccVec<scalar_t>;
-  std::fill_n(dst, width, acc_t<scalar_t>(0));
-  for (int64_t r = 0; r < rows; ++r, x += x_row_stride, w += w_row_stride) {
-    const AccParts<scalar_t> w_broadcast = broadcast(*w);
+  using acc = acc_t<scalar_t>;
+  std::fill_n(dst, width, acc(0));
+  const auto terms = [&](const scalar_t* x_row, const scalar_t* w_row, const AccParts<scalar_t>& w_broadcast,
+                         int64_t i) {
+    AccParts<scalar_t> t = to_acc(V::loadu(x_row + i));
+    const AccParts<scalar_t> w_parts = kWeightContiguous ? to_acc(V::loadu(w_row + i)) : w_broadcast;
+    c10::ForcedUnroll<kParts<scalar_t>>{}([&](auto part) { t[part] = weighted_square(t[part], w_parts[part]); });
+    return t;
+  };
+  int64_t r = 0;
+  for (; r + kColumnRows <= rows; r += kColumnRows) {
+    static_assert(kColumnRows == 4, "the tree below adds four rows");
+    std::array<const scalar_t*, kColumnRows> xr{};
+    std::array<const scalar_t*, kColumnRows> wr{};
+    std::array<AccParts<scalar_t>, kColumnRows> wb{};
+    for (int k = 0; k < kColumnRows; ++k) {
+      xr[k] = x + (r + k) * x_row_stride;
+      wr[k] = w + (r + k) * w_row_stride;
+      wb[k] = broadcast(*wr[k]);
+    }
     int64_t i = 0;
     for (; i + V::size() <= width; i += V::size()) {
-      const AccParts<scalar_t> x_parts = to_acc(V::loadu(x + i));
-      const AccParts<scalar_t> w_parts = kWeightContiguous ? to_acc(V::loadu(w + i)) : w_broadcast;
+      const auto t0 = terms(xr[0], wr[0], wb[0], i);
+      const auto t1 = terms(xr[1], wr[1], wb[1], i);
+      const auto t2 = terms(xr[2], wr[2], wb[2], i);
+      const auto t3 = terms(xr[3], wr[3], wb[3], i);
       c10::ForcedUnroll<kParts<scalar_t>>{}([&](auto part) {
-        acc_t<scalar_t>* const sum = dst + i + part * A::size();
-        (A::loadu(sum) + weighted_square(x_parts[part], w_parts[part])).store(sum);
+        acc* const sum = dst + i + part * A::size();
+        (A::loadu(sum) + ((t0[part] + t1[part]) + (t2[part] + t3[part]))).store(sum);
       });
     }
     for (; i < width; ++i) {
-      dst[i] += term(x[i], w[kWeightContiguous ? i : 0]);
+      const auto at = [&](int k) { return term(xr[k][i], wr[k][kWeightContiguous ? i : 0]); };
+      dst[i] += (at(0) + at(1)) + (at(2) + at(3));
+    }
+  }
+  for (; r < rows; ++r) {
+    const scalar_t* const x_row = x + r * x_row_stride;
+    const scalar_t* const w_row = w + r * w_row_stride;
+    const AccParts<scalar_t> w_broadcast = broadcast(*w_row);
+    int64_t i = 0;
+    for (; i + V::size() <= width; i += V::size()) {
+      const auto t = terms(x_row, w_row, w_broadcast, i);
+      c10::ForcedUnroll<kParts<scalar_t>>{}([&](auto part) {
+        acc* const sum = dst + i + part * A::size();
+        (A::loadu(sum) + t[part]).store(sum);
+      });
+    }
+    for (; i < width; ++i) {
+      dst[i] += term(x_row[i], w_row[kWeightContiguous ? i : 0]);
     }
   }
 }
