@@ -314,17 +314,18 @@ __device__ __forceinline__ void keep_in_storage_type(Group<scalar_t, kN>& group)
   memcpy(&group, words, sizeof(group));
 }
 
-// Blocks an SM for shared_weight_rows_total_kernel: in bfloat16 ptxas spills over 100 bytes a
-// thread under 64 registers, 36 under 80 (sm_90); the other types fit 64.
+// Not for bfloat16: its held weights, widened a register each, spilled (over 100 bytes a thread
+// under 64 registers, sm_90), and with 80 registers (3 blocks an SM) it measured 1.15-1.2x slower
+// than rows_total_kernel on an H200 (broadcast_row, 2^26..2^28).
 template <typename scalar_t>
-constexpr int kSharedWeightBlocksPerSm = std::is_same_v<scalar_t, c10::BFloat16> ? 3 : kMinBlocksPerSm;
+constexpr bool kWeightInRegisters = !std::is_same_v<scalar_t, c10::BFloat16>;
 
 // A total on Rows whose rows share one weight row of at most kWarp * kN * kWeightRegisterGroups
 // elements (plan.weight_in_registers: x [R, C], w [C], rows not cut). Each lane loads its groups of
 // the weight row once, then for every row of its warp's run loads only its groups of x, all in
 // flight together: twice the bytes of x in flight of add_segment, which also loads w each row.
 template <typename scalar_t, typename out_t, bool kVectorized>
-__global__ void __launch_bounds__(kThreads, kSharedWeightBlocksPerSm<scalar_t>) shared_weight_rows_total_kernel(
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) shared_weight_rows_total_kernel(
     RowsArgs<scalar_t> a, int64_t run, TotalArgs<acc_t<scalar_t>, out_t> total) {
   using acc = acc_t<scalar_t>;
   constexpr int kN = kVec<scalar_t>;
@@ -664,8 +665,8 @@ void launch_total_stage1(
     constexpr bool kVectorized = decltype(vectorized)::value;
     constexpr bool kWeightFixed = decltype(weight_fixed)::value;
     if (plan.layout == square_sum::Layout::Rows && plan.weight_in_registers) {
-      TORCH_INTERNAL_ASSERT(!plan.weight_fixed);
-      if constexpr (!kWeightFixed) {
+      TORCH_INTERNAL_ASSERT(!plan.weight_fixed && kWeightInRegisters<scalar_t>);
+      if constexpr (!kWeightFixed && kWeightInRegisters<scalar_t>) {
         shared_weight_rows_total_kernel<scalar_t, out_t, kVectorized>
             <<<grid, kThreads, 0, stream>>>(rows_argument(plan.rows, x, w), plan.run, total);
       }
@@ -747,7 +748,7 @@ void reduce(const detail::WeightedSquareSumReduction& args) {
     using acc = acc_t<scalar_t>;
     const scalar_t* x_data = x.const_data_ptr<scalar_t>();
     const scalar_t* w_data = w.const_data_ptr<scalar_t>();
-    const auto plan = square_sum::plan_reduction({
+    auto plan = square_sum::plan_reduction({
         .outer = x.size(0),
         .reduce = x.size(1),
         .inner = x.size(2),
@@ -758,6 +759,9 @@ void reduce(const detail::WeightedSquareSumReduction& args) {
         .weight_aligned = vector_aligned(w_data),
         .total = args.total,
     });
+    if constexpr (!kWeightInRegisters<scalar_t>) {
+      plan.weight_in_registers = false;
+    }
     if (out.scalar_type() == c10::CppTypeToScalarType<acc>::value) {
       reduce_typed<scalar_t, acc>(plan, x_data, w_data, out);
     } else {
