@@ -9,12 +9,14 @@ directory on sys.path). conftest.py loads LIBRARY before any test module is impo
   HAS_GPU     torch sees a GPU
   CUDA_BUILT  the loaded library registered CUDA kernels
   DEVICES     parameters for a device-parametrized test: cpu, and cuda when it can run
+  run_with_cpu_capability(code, capability)  Python code in a fresh process under ATEN_CPU_CAPABILITY
 """
 
 import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -63,3 +65,20 @@ def links_libstdcxx_statically(compiler: str) -> bool | None:
         )
         headers = subprocess.run([objdump, "-p", str(probe)], check=True, capture_output=True, text=True).stdout
     return "libstdc++.so" not in headers
+
+
+def run_with_cpu_capability(code: str, capability: str) -> str:
+    """Runs `code` in a fresh Python with ATEN_CPU_CAPABILITY=capability (ATen, and our CPU loops
+    with it, pick their instruction set once per process); asserts that its last printed word is
+    "ok" and that its first is the capability it ran with (print torch.backends.cpu.
+    get_cpu_capability() first). Returns its output."""
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ATEN_CPU_CAPABILITY": capability},
+    )
+    words = result.stdout.split()
+    assert result.returncode == 0 and words and words[-1] == "ok", result.stdout[-2000:] + result.stderr[-3000:]
+    return result.stdout

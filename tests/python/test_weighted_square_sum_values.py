@@ -10,15 +10,12 @@ streams and in a CUDA graph.
 """
 
 import itertools
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from environment import CUDA_BUILT, HAS_GPU, LIBRARY
+from environment import CUDA_BUILT, HAS_GPU, LIBRARY, run_with_cpu_capability
 from reference import DTYPE_PAIRS, FLOAT_DTYPES, LOW_PRECISION, assert_storage_unchanged, dtype_name, storage_snapshot
 from square_sum_reference import assert_matches_exact, composite, exact, make, op
 
@@ -494,15 +491,7 @@ for x_shape, x_kind, w_shape, dim in cases:
         assert_matches_exact(op(x, w, dim), x, w, dim)
 print("ok")
 """
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "ATEN_CPU_CAPABILITY": capability},
-    )
-    assert result.returncode == 0 and result.stdout.split()[-1] == "ok", result.stdout[-2000:] + result.stderr[-3000:]
-    assert result.stdout.split()[0] == capability.upper()
+    assert run_with_cpu_capability(code, capability).split()[0] == capability.upper()
 
 
 @needs_cuda

@@ -1,15 +1,12 @@
 """custom::weighted_sum values: every dtype pair and layout against a float64 reference; special values
 (NaN, +-Inf, -0.0, extremes, subnormals) exactly as `weight * input.square()` gives them."""
 
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from environment import LIBRARY
+from environment import LIBRARY, run_with_cpu_capability
 from reference import (
     DTYPE_PAIRS,
     FLOAT_DTYPES,
@@ -195,13 +192,6 @@ for layout in LAYOUT_NAMES:
                 assert_close_sum(actual, expected, scale, actual.dtype)
 print("ok")
 """
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "ATEN_CPU_CAPABILITY": capability},
-    )
-    assert result.returncode == 0 and result.stdout.split()[-1] == "ok", result.stdout[-2000:] + result.stderr[-3000:]
+    output = run_with_cpu_capability(code, capability)
     if torch.backends.cpu.get_cpu_capability() != "DEFAULT":  # else ATen cannot raise it to AVX2
-        assert result.stdout.split()[0] == capability.upper()
+        assert output.split()[0] == capability.upper()
