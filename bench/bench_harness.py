@@ -207,7 +207,7 @@ def check(variant: Variant, label: str, case: object, dtype: torch.dtype, out: t
 
 def gpu_timer(args) -> tuple[Callable[[Callable], float], str]:
     """Median device time in us of one call, with L2 flushed before each repetition."""
-    clean = getattr(args, "l2_flush", "dirty") == "clean"
+    clean = args.l2_flush == "clean"
     if clean and args.timer == "triton":
         sys.exit("bench: --l2-flush clean needs the event timer (--timer events or auto)")
     if args.timer in ("auto", "triton") and not clean:

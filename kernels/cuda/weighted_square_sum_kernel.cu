@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_total_kernel(
 }
 
 // Makes the compiler forget a group's value: a group held across loop iterations then stays in its
-// storage type, widened where used. Left to itself, the compiler widens held float16/bfloat16
+// storage type, widened where used. Left to itself, the compiler widens held float16
 // weights once, before the loop, and their 32 floats a lane spill under 64 registers.
 template <typename scalar_t, int kN>
 __device__ __forceinline__ void keep_in_storage_type(Group<scalar_t, kN>& group) {
@@ -748,7 +748,7 @@ void reduce(const detail::WeightedSquareSumReduction& args) {
     using acc = acc_t<scalar_t>;
     const scalar_t* x_data = x.const_data_ptr<scalar_t>();
     const scalar_t* w_data = w.const_data_ptr<scalar_t>();
-    auto plan = square_sum::plan_reduction({
+    const auto plan = square_sum::plan_reduction({
         .outer = x.size(0),
         .reduce = x.size(1),
         .inner = x.size(2),
@@ -758,10 +758,8 @@ void reduce(const detail::WeightedSquareSumReduction& args) {
         .input_aligned = vector_aligned(x_data),
         .weight_aligned = vector_aligned(w_data),
         .total = args.total,
+        .weight_row_in_registers = kWeightInRegisters<scalar_t>,
     });
-    if constexpr (!kWeightInRegisters<scalar_t>) {
-      plan.weight_in_registers = false;
-    }
     if (out.scalar_type() == c10::CppTypeToScalarType<acc>::value) {
       reduce_typed<scalar_t, acc>(plan, x_data, w_data, out);
     } else {
