@@ -4,7 +4,8 @@
 // most two deterministic stages: stage 1 writes partial sums to a buffer in a layout fixed by the
 // shape, stage 2 adds them in a fixed tree, so every run gives the same bits. A total fuses
 // stage 2 into stage 1: the last block to finish (found with an atomic counter, the only atomic:
-// it decides who adds, never in which order) adds every partial in a fixed order.
+// it decides who adds, never in which order; the stream's own counter, stream_counter.h) adds
+// every partial in a fixed order.
 // weighted_square_sum_plan.h picks the kernel (Rows or Tiles) and the cut of the reduced dim; each
 // term is math::WeightedSquareSumTerm, summed in its accumulation type (float32 for
 // float16/bfloat16/float32, float64 for float64). The last write rounds to out's dtype, the
@@ -25,6 +26,7 @@
 #include <c10/util/Exception.h>
 
 #include "kernels/cuda/cuda_device_guard.h"
+#include "kernels/cuda/stream_counter.h"
 #include "kernels/cuda/weighted_square_sum_plan.h"
 #include "ops/floating_types.h"
 #include "ops/weighted_square_sum_math.h"
@@ -123,7 +125,9 @@ __device__ __forceinline__ T block_sum(T value, T* shared) {
 template <typename acc, typename out_t>
 struct TotalArgs {
   acc* partial;  // [partials]; nullptr: a single work item, which writes out itself
-  unsigned int* counter;  // zero at launch; nullptr: stage 2 passes add the partials
+  // Zero at launch, and zero again when the last block is done (a stream's counter serves every
+  // launch on it); nullptr: stage 2 passes add the partials.
+  unsigned int* counter;
   out_t* out;  // one element
   int64_t partials;
 };
@@ -157,6 +161,9 @@ __device__ __forceinline__ void finish_total(const TotalArgs<acc, out_t>& a, acc
     // Thread 0 stored this block's partials: they reach device scope before the count does.
     __threadfence();
     last = atomicAdd(a.counter, 1u) == gridDim.x * gridDim.y - 1;
+    if (last) {
+      *a.counter = 0;  // every block has counted: the next launch on the stream starts from zero
+    }
   }
   __syncthreads();
   if (!last) {
@@ -299,32 +306,60 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_total_kernel(
   finish_total(total, shared);
 }
 
-// Makes the compiler forget a group's value: a group held across loop iterations then stays in its
-// storage type, widened where used. Left to itself, the compiler widens held float16
-// weights once, before the loop, and their 32 floats a lane spill under 64 registers.
-template <typename scalar_t, int kN>
-__device__ __forceinline__ void keep_in_storage_type(Group<scalar_t, kN>& group) {
-  static_assert(sizeof(group) % sizeof(uint32_t) == 0);
-  uint32_t words[sizeof(group) / sizeof(uint32_t)];
-  memcpy(words, &group, sizeof(group));
-#pragma unroll
-  for (auto& word : words) {
-    asm volatile("" : "+r"(word));
+// Two consecutive 16-bit values of a 32-bit word (the first in the low half), widened exactly as
+// their scalar conversions: bfloat16 by a shift and a mask, float16 by one paired conversion.
+template <typename scalar_t>
+__device__ __forceinline__ float2 widen_pair(uint32_t word) {
+  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+  } else {
+    static_assert(std::is_same_v<scalar_t, c10::Half>);
+    __half2 pair;
+    memcpy(&pair, &word, sizeof(word));
+    return __half22float2(pair);
   }
-  memcpy(&group, words, sizeof(group));
 }
 
-// Not for bfloat16: its held weights, widened a register each, spilled (over 100 bytes a thread
-// under 64 registers, sm_90), and with 80 registers (3 blocks an SM) it measured 1.15-1.2x slower
-// than rows_total_kernel on an H200 (broadcast_row, 2^26..2^28).
+// sums[j] += the term of element j of a group of x and a group of held weights (registers kept
+// across rows). A 16-bit weight word passes an empty asm right before use, which makes the
+// compiler forget its value: left to itself, it widens the held weights once, ahead of the row
+// loop, and their 32 floats a lane spill under 64 registers (ptxas, sm_90). So each word is
+// widened where used, its pair at a time.
+template <typename scalar_t, int kN>
+__device__ __forceinline__ void add_held_weight_terms(
+    const Group<scalar_t, kN>& x, const Group<scalar_t, kN>& w, acc_t<scalar_t> (&sums)[kN]) {
+  if constexpr (sizeof(scalar_t) == 2) {
+    uint32_t x_words[kN / 2];
+    uint32_t w_words[kN / 2];
+    memcpy(x_words, &x, sizeof(x_words));
+    memcpy(w_words, &w, sizeof(w_words));
+#pragma unroll
+    for (int k = 0; k < kN / 2; ++k) {
+      uint32_t w_word = w_words[k];
+      asm volatile("" : "+r"(w_word));
+      const float2 xs = widen_pair<scalar_t>(x_words[k]);
+      const float2 ws = widen_pair<scalar_t>(w_word);
+      // WeightedSquareSumTerm on the widened pair.
+      sums[2 * k] += math::WeightedSquare{}(xs.x, ws.x);
+      sums[2 * k + 1] += math::WeightedSquare{}(xs.y, ws.y);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      sums[j] += math::WeightedSquareSumTerm{}(x.val[j], w.val[j]);
+    }
+  }
+}
+
+// Every dtype's kernel holds the weight row (bfloat16 since its words widen where used).
 template <typename scalar_t>
-constexpr bool kWeightInRegisters = !std::is_same_v<scalar_t, c10::BFloat16>;
+constexpr bool kWeightInRegisters = true;
 
 // A total on Rows whose rows share one weight row of at most kWarp * kN * kWeightRegisterGroups
 // elements (plan.weight_in_registers: x [R, C], w [C], rows not cut). Each lane loads its groups of
 // the weight row once, then for every row of its warp's run loads only its groups of x, all in
 // flight together: twice the bytes of x in flight of add_segment, which also loads w each row.
-template <typename scalar_t, typename out_t, bool kVectorized>
+template <typename scalar_t, typename out_t>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) shared_weight_rows_total_kernel(
     RowsArgs<scalar_t> a, int64_t run, TotalArgs<acc_t<scalar_t>, out_t> total) {
   using acc = acc_t<scalar_t>;
@@ -339,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) shared_weight_rows_
 #pragma unroll
     for (int u = 0; u < kG; ++u) {
       if (lane + u * kWarp < groups) {
-        wg[u] = load_group<kVectorized, kN>(a.weight + (lane + u * kWarp) * kN);
+        wg[u] = load_group<true, kN>(a.weight + (lane + u * kWarp) * kN);
       }
     }
     // The last length % kN elements of a row, one a lane.
@@ -356,17 +391,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) shared_weight_rows_
 #pragma unroll
       for (int u = 0; u < kG; ++u) {
         if (lane + u * kWarp < groups) {
-          xg[u] = load_group<kVectorized, kN>(x + (lane + u * kWarp) * kN);
+          xg[u] = load_group<true, kN>(x + (lane + u * kWarp) * kN);
         }
       }
 #pragma unroll
       for (int u = 0; u < kG; ++u) {
         if (lane + u * kWarp < groups) {
-          keep_in_storage_type(wg[u]);
-#pragma unroll
-          for (int j = 0; j < kN; ++j) {
-            sums[j] += math::WeightedSquareSumTerm{}(xg[u].val[j], wg[u].val[j]);
-          }
+          add_held_weight_terms(xg[u], wg[u], sums);
         }
       }
       if (tail < a.length) {
@@ -665,9 +696,9 @@ void launch_total_stage1(
     constexpr bool kVectorized = decltype(vectorized)::value;
     constexpr bool kWeightFixed = decltype(weight_fixed)::value;
     if (plan.layout == square_sum::Layout::Rows && plan.weight_in_registers) {
-      TORCH_INTERNAL_ASSERT(!plan.weight_fixed && kWeightInRegisters<scalar_t>);
-      if constexpr (!kWeightFixed && kWeightInRegisters<scalar_t>) {
-        shared_weight_rows_total_kernel<scalar_t, out_t, kVectorized>
+      TORCH_INTERNAL_ASSERT(plan.vectorized && !plan.weight_fixed && kWeightInRegisters<scalar_t>);
+      if constexpr (kVectorized && !kWeightFixed && kWeightInRegisters<scalar_t>) {
+        shared_weight_rows_total_kernel<scalar_t, out_t>
             <<<grid, kThreads, 0, stream>>>(rows_argument(plan.rows, x, w), plan.run, total);
       }
     } else if (plan.layout == square_sum::Layout::Rows) {
@@ -712,14 +743,18 @@ void reduce_typed(const square_sum::Plan& plan, const scalar_t* x, const scalar_
   TotalArgs<acc, out_t> total{nullptr, nullptr, result, plan.partials};
   at::Tensor partials;
   if (plan.partials > 1) {
-    // One more slot holds the counter (any acc slot fits and aligns an unsigned int): one
-    // allocation, and a 4-byte memset as the only other work on the stream. A counter of its
-    // own per call, so launches on other streams never share it.
-    partials = at::empty({plan.partials + 1}, acc_options);
+    const auto stream = at::cuda::getCurrentCUDAStream();
+    const bool last_block_adds = plan.passes.empty();
+    unsigned int* const counter = last_block_adds ? cuda::stream_counter(stream) : nullptr;
+    // Under CUDA graph capture, the counter is one more slot of the partials (any acc slot fits
+    // and aligns an unsigned int), zeroed by a memset captured with the kernel.
+    const bool own_counter = last_block_adds && counter == nullptr;
+    partials = at::empty({plan.partials + (own_counter ? 1 : 0)}, acc_options);
     total.partial = partials.mutable_data_ptr<acc>();
-    if (plan.passes.empty()) {
+    total.counter = counter;
+    if (own_counter) {
       total.counter = reinterpret_cast<unsigned int*>(total.partial + plan.partials);
-      C10_CUDA_CHECK(cudaMemsetAsync(total.counter, 0, sizeof(unsigned int), at::cuda::getCurrentCUDAStream()));
+      C10_CUDA_CHECK(cudaMemsetAsync(total.counter, 0, sizeof(unsigned int), stream));
     }
   }
   launch_total_stage1(plan, x, w, total);

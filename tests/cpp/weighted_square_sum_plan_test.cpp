@@ -250,6 +250,11 @@ TEST(WeightedSquareSumPlan, BroadcastRowTotalAddsRowsInWarpsOfSeveral) {
     refused.weight_row_in_registers = false;  // a dtype whose kernel may not hold it
     EXPECT_FALSE(sq::plan_reduction(refused).weight_in_registers);
     expect_same_order(plan, sq::plan_reduction(refused));
+    // Nor without 16-byte loads.
+    sq::Problem misaligned = total(p);
+    misaligned.input_aligned = false;
+    EXPECT_FALSE(sq::plan_reduction(misaligned).weight_in_registers);
+    expect_same_order(plan, sq::plan_reduction(misaligned));
     expect_total_sound(plan);
     // Twice the rows: the same partials, longer runs.
     p.outer *= 2;

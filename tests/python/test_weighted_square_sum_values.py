@@ -512,36 +512,46 @@ def test_total_with_more_partials_than_one_block_adds():
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_name)
 def test_totals_on_concurrent_streams_and_in_a_cuda_graph(dtype):
-    # Each call's last-block counter is its own: totals queued on two streams at once, and a
-    # graph replayed (its captured memset zeroes the counter again), give the eager results.
+    # A total's last-block counter is its stream's, left at zero by each launch's last block; a
+    # total captured in a CUDA graph has one of its own, zeroed by a memset in the graph. Totals of
+    # each kernel queued back to back on three streams at once, and a graph replayed on a stream
+    # of its own while its capture stream runs eager totals, give the eager results.
     inputs = [
-        (make((4099, 1024), dtype, "cuda"), make((1024,), dtype, "cuda")),
-        (make((1 << 20,), dtype, "cuda"), make((1 << 20,), dtype, "cuda")),
+        (make((4099, 1024), dtype, "cuda"), make((1024,), dtype, "cuda")),  # weight row in registers
+        (make((1 << 20,), dtype, "cuda"), make((1 << 20,), dtype, "cuda")),  # Rows
+        (make((64, 513, 129), dtype, "cuda"), make((513, 1), dtype, "cuda")),  # Tiles
     ]
     expected = [op(x, w) for x, w in inputs]
-    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for got, (x, w) in zip(expected, inputs):
+        assert_matches_exact(got, x, w, None)
+    streams = [torch.cuda.Stream() for _ in range(3)]
     torch.cuda.synchronize()
-    results = [[], []]
+    results = [[] for _ in inputs]
     for _ in range(8):
-        for k, ((x, w), stream) in enumerate(zip(inputs, streams)):
+        for stream in streams:
             with torch.cuda.stream(stream):
-                results[k].append(op(x, w))
+                for k, (x, w) in enumerate(inputs):
+                    results[k].append(op(x, w))
     torch.cuda.synchronize()
-    for k in range(2):
-        for result in results[k]:
-            assert torch.equal(result, expected[k])
+    for k, got in enumerate(results):
+        assert all(torch.equal(result, expected[k]) for result in got), f"input {k}"
 
     x, w = inputs[0]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the default stream, as capture wants
+    capture, replay = torch.cuda.Stream(), torch.cuda.Stream()
+    capture.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(capture):  # warm-up off the default stream, as capture wants
         op(x, w)
-    torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=capture):
         captured = op(x, w)
-    for _ in range(3):
-        captured.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(captured, expected[0])
+    replay.wait_stream(capture)
+    replayed, eager = [], []
+    for _ in range(4):
+        with torch.cuda.stream(replay):
+            graph.replay()
+            replayed.append(captured.clone())
+        with torch.cuda.stream(capture):
+            eager.extend(op(x, w) for _ in range(4))
+    torch.cuda.synchronize()
+    assert all(torch.equal(result, expected[0]) for result in replayed)
+    assert all(torch.equal(result, expected[0]) for result in eager)
