@@ -105,6 +105,22 @@ AccParts<scalar_t> load_any_order(const scalar_t* p) {
   }
 }
 
+// The weights at p for a Vec<scalar_t> of x loaded by load_any_order: from the operands' type
+// alike, or (weight_t the accumulation type) from weights widened ahead of time, in order, as
+// float16's x is widened (not for bfloat16, whose x lanes come even then odd).
+template <typename scalar_t, typename weight_t>
+AccParts<scalar_t> load_weights(const weight_t* p) {
+  if constexpr (std::is_same_v<weight_t, scalar_t>) {
+    return load_any_order(p);
+  } else {
+    static_assert(std::is_same_v<weight_t, acc_t<scalar_t>> && !std::is_same_v<scalar_t, at::BFloat16>);
+    AccParts<scalar_t> parts;
+    c10::ForcedUnroll<kParts<scalar_t>>{}(
+        [&](auto part) { parts[part] = AccVec<scalar_t>::loadu(p + part * AccVec<scalar_t>::size()); });
+    return parts;
+  }
+}
+
 template <typename scalar_t>
 AccParts<scalar_t> broadcast(scalar_t value) {
   AccParts<scalar_t> parts;
@@ -134,25 +150,29 @@ C10_ALWAYS_INLINE void accumulate(Accumulators<scalar_t, kLoads>& acc, const Loa
 // too (kWeightContiguous) or is w[0] throughout, and steps by w_row_stride from row to row.
 // Several rows a call: those of a total (summed together anyway) that share one weight row, where
 // a row's own lanes' sum and call would cost as much as its terms (w [1024] over x [R, 1024]).
-template <typename scalar_t, bool kWeightContiguous>
+// weight_t: scalar_t, or the accumulation type for a weight row widened once (load_weights).
+template <typename scalar_t, bool kWeightContiguous, typename weight_t = scalar_t>
 C10_NOINLINE acc_t<scalar_t> row_sum(
-    const scalar_t* x, int64_t x_row_stride, const scalar_t* w, int64_t w_row_stride, int64_t n, int64_t rows) {
+    const scalar_t* x, int64_t x_row_stride, const weight_t* w, int64_t w_row_stride, int64_t n, int64_t rows) {
+  using acc = acc_t<scalar_t>;
   using V = Vec<scalar_t>;
   constexpr int kLoads = kAccumulators / kParts<scalar_t>;
   constexpr int64_t kStep = kLoads * V::size();
   const int64_t vector_end = n / kStep * kStep;
-  acc_t<scalar_t> sum = 0;
+  acc sum = 0;
   if (vector_end > 0) {  // short rows (many of them, as a rule) skip the vectors' setup and lanes' sum
     Accumulators<scalar_t, kLoads> acc;
     acc.fill(AccVec<scalar_t>(0));
     for (int64_t row = 0; row < rows; ++row) {
       const scalar_t* const x_row = x + row * x_row_stride;
-      const scalar_t* const w_row = w + row * w_row_stride;
-      const AccParts<scalar_t> w_broadcast = broadcast(*w_row);
+      const weight_t* const w_row = w + row * w_row_stride;
+      const AccParts<scalar_t> w_broadcast = broadcast(static_cast<scalar_t>(*w_row));
       for (int64_t i = 0; i < vector_end; i += kStep) {
         accumulate<scalar_t, kLoads>(
             acc, [&](int load) { return load_any_order(x_row + i + load * V::size()); },
-            [&](int load) { return kWeightContiguous ? load_any_order(w_row + i + load * V::size()) : w_broadcast; });
+            [&](int load) {
+              return kWeightContiguous ? load_weights<scalar_t>(w_row + i + load * V::size()) : w_broadcast;
+            });
       }
     }
     static_assert(kAccumulators == 4, "the lanes' tree below adds four accumulators");
@@ -160,10 +180,12 @@ C10_NOINLINE acc_t<scalar_t> row_sum(
     sum = at::vec::vec_reduce_all([](const auto& a, const auto& b) { return a + b; }, lanes);
   }
   // Fewer than kStep terms a row: not worth a masked vector.
-  acc_t<scalar_t> tail = 0;
+  acc tail = 0;
   for (int64_t row = 0; row < rows; ++row) {
     for (int64_t i = vector_end; i < n; ++i) {
-      tail += term(x[row * x_row_stride + i], w[row * w_row_stride + (kWeightContiguous ? i : 0)]);
+      // term(x, w) on a widened w: its widening is exact.
+      const weight_t w_i = w[row * w_row_stride + (kWeightContiguous ? i : 0)];
+      tail += weighted_square(static_cast<acc>(x[row * x_row_stride + i]), static_cast<acc>(w_i));
     }
   }
   return sum + tail;
@@ -448,10 +470,21 @@ acc_t<scalar_t> shared_weight_total(const at::Tensor& input, const at::Tensor& w
   const int64_t x_row_stride = input.stride(0);
   at::Tensor sums = at::empty({groups}, at::TensorOptions().dtype(c10::CppTypeToScalarType<acc>::value));
   acc* const values = sums.mutable_data_ptr<acc>();
+  // float16 widens by one conversion instruction a vector, x's and w's alike (with w from the L1
+  // cache, this op then converts twice what torch.sum(x) does): widened once, the row is reused
+  // by every row of x. bfloat16 widens by a shift, cheaper than the loads of a wider row.
+  constexpr bool kWidenWeight = std::is_same_v<scalar_t, at::Half>;
+  const at::Tensor widened = kWidenWeight ? weight.select(0, 0).select(1, 0).to(at::kFloat) : at::Tensor();
   const auto sum_chunk = [&](int64_t group, int64_t r0, int64_t r1, int64_t /*i0*/, int64_t /*i1*/, acc* dst) {
     const int64_t first = group * group_rows;
-    *dst = row_sum<scalar_t, true>(
-        x + first * x_row_stride + r0, x_row_stride, w + r0, 0, r1 - r0, std::min(group_rows, rows - first));
+    const scalar_t* const x_group = x + first * x_row_stride + r0;
+    const int64_t group_size = std::min(group_rows, rows - first);
+    if constexpr (kWidenWeight) {
+      *dst = row_sum<scalar_t, true>(
+          x_group, x_row_stride, widened.const_data_ptr<acc>() + r0, 0, r1 - r0, group_size);
+    } else {
+      *dst = row_sum<scalar_t, true>(x_group, x_row_stride, w + r0, 0, r1 - r0, group_size);
+    }
   };
   reduce_in_chunks<acc>(groups, length, 1, kChunk, 1, values, sum_chunk);
   return tree_sum(values, groups);
