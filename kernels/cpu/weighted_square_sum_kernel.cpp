@@ -480,8 +480,7 @@ acc_t<scalar_t> shared_weight_total(const at::Tensor& input, const at::Tensor& w
     const scalar_t* const x_group = x + first * x_row_stride + r0;
     const int64_t group_size = std::min(group_rows, rows - first);
     if constexpr (kWidenWeight) {
-      *dst = row_sum<scalar_t, true>(
-          x_group, x_row_stride, widened.const_data_ptr<acc>() + r0, 0, r1 - r0, group_size);
+      *dst = row_sum<scalar_t, true>(x_group, x_row_stride, widened.const_data_ptr<acc>() + r0, 0, r1 - r0, group_size);
     } else {
       *dst = row_sum<scalar_t, true>(x_group, x_row_stride, w + r0, 0, r1 - r0, group_size);
     }
