@@ -351,10 +351,6 @@ __device__ __forceinline__ void add_held_weight_terms(
   }
 }
 
-// Every dtype's kernel holds the weight row (bfloat16 since its words widen where used).
-template <typename scalar_t>
-constexpr bool kWeightInRegisters = true;
-
 // A total on Rows whose rows share one weight row of at most kWarp * kN * kWeightRegisterGroups
 // elements (plan.weight_in_registers: x [R, C], w [C], rows not cut). Each lane loads its groups of
 // the weight row once, then for every row of its warp's run loads only its groups of x, all in
@@ -696,8 +692,8 @@ void launch_total_stage1(
     constexpr bool kVectorized = decltype(vectorized)::value;
     constexpr bool kWeightFixed = decltype(weight_fixed)::value;
     if (plan.layout == square_sum::Layout::Rows && plan.weight_in_registers) {
-      TORCH_INTERNAL_ASSERT(plan.vectorized && !plan.weight_fixed && kWeightInRegisters<scalar_t>);
-      if constexpr (kVectorized && !kWeightFixed && kWeightInRegisters<scalar_t>) {
+      TORCH_INTERNAL_ASSERT(plan.vectorized && !plan.weight_fixed);
+      if constexpr (kVectorized && !kWeightFixed) {
         shared_weight_rows_total_kernel<scalar_t, out_t>
             <<<grid, kThreads, 0, stream>>>(rows_argument(plan.rows, x, w), plan.run, total);
       }
@@ -793,7 +789,6 @@ void reduce(const detail::WeightedSquareSumReduction& args) {
         .input_aligned = vector_aligned(x_data),
         .weight_aligned = vector_aligned(w_data),
         .total = args.total,
-        .weight_row_in_registers = kWeightInRegisters<scalar_t>,
     });
     if (out.scalar_type() == c10::CppTypeToScalarType<acc>::value) {
       reduce_typed<scalar_t, acc>(plan, x_data, w_data, out);

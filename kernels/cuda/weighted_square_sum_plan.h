@@ -51,8 +51,7 @@ inline constexpr int64_t kTotalWarps = 16384;
 // Rows of a total that share one weight row (w [C] over x [R, C]) of at most kWarp * (vector) *
 // kWeightRegisterGroups elements: each lane keeps its weight groups in registers for every row
 // it adds, and loads only x (all its groups of a row in flight at once). 16-byte loads only (the
-// element-wise loads' registers spill), and not where the caller says its dtype may not
-// (Problem::weight_row_in_registers).
+// element-wise loads' registers spill).
 inline constexpr int kWeightRegisterGroups = 4;
 // Tiles: the same for blocks. Chunks of at least kMinChunkRows rows keep the partials' traffic
 // under 1% of the operands' and each block's loop long enough to stream (shorter chunks measured
@@ -76,8 +75,6 @@ struct Problem {
   bool input_aligned = false;  // data pointers on a 16-byte boundary
   bool weight_aligned = false;
   bool total = false;  // one output: the sum over outer, reduce and inner
-  // The dtype's kernel may hold a shared weight row in registers (weight_in_registers).
-  bool weight_row_in_registers = true;
 };
 
 enum class Layout { Rows, Tiles };
@@ -267,8 +264,8 @@ inline Plan plan_reduction(Problem p) {
         p.input_aligned && multiple(xs[0], v) && (plan.weight_fixed || (p.weight_aligned && multiple(ws[0], v)));
     if (p.total) {
       plan_total(plan);
-      plan.weight_in_registers = p.weight_row_in_registers && plan.vectorized && r.rows > 1 && r.splits == 1 &&
-          r.weight_row_stride == 0 && !plan.weight_fixed && r.length <= kWarp * v * kWeightRegisterGroups;
+      plan.weight_in_registers = plan.vectorized && r.rows > 1 && r.splits == 1 && r.weight_row_stride == 0 &&
+          !plan.weight_fixed && r.length <= kWarp * v * kWeightRegisterGroups;
     } else if (r.splits > 1) {
       plan.second = plan_tiles(r.rows, r.splits, 1, {r.splits, 1, 0}, {}, 1, false);
     }
