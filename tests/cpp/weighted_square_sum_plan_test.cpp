@@ -243,14 +243,20 @@ TEST(WeightedSquareSumPlan, BroadcastRowTotalAddsRowsInWarpsOfSeveral) {
     EXPECT_GT(plan.run, 1);
     EXPECT_TRUE(plan.passes.empty());
     EXPECT_LE(plan.partials, sq::kTotalWarps / sq::kWarpsPerBlock);
+    // A short shared row's runs aim at kSharedWeightTotalWarps warps, with or without 16-byte loads.
+    const bool short_row = 1024 <= sq::kWarp * vector * sq::kWeightRegisterGroups;
+    EXPECT_EQ(plan.shared_weight_row, short_row);
+    EXPECT_EQ(plan.run, rows / (short_row ? sq::kSharedWeightTotalWarps : sq::kTotalWarps));
     // A lane's weight groups of a row stay in registers where the row has at most
     // kWeightRegisterGroups groups a lane: rows of 1024 in 2-byte types, not in float32.
-    EXPECT_EQ(plan.weight_in_registers, 1024 <= sq::kWarp * vector * sq::kWeightRegisterGroups);
-    // Not without 16-byte loads: the same order of additions without it.
+    EXPECT_EQ(plan.weight_in_registers, short_row);
+    // Not without 16-byte loads, but the same cut and order of additions.
     sq::Problem misaligned = total(p);
     misaligned.input_aligned = false;
-    EXPECT_FALSE(sq::plan_reduction(misaligned).weight_in_registers);
-    expect_same_order(plan, sq::plan_reduction(misaligned));
+    const auto element_wise = sq::plan_reduction(misaligned);
+    EXPECT_FALSE(element_wise.weight_in_registers);
+    EXPECT_EQ(element_wise.shared_weight_row, short_row);
+    expect_same_order(plan, element_wise);
     expect_total_sound(plan);
     // Twice the rows: the same partials, longer runs.
     p.outer *= 2;
