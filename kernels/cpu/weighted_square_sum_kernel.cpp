@@ -475,15 +475,17 @@ acc_t<scalar_t> shared_weight_total(const at::Tensor& input, const at::Tensor& w
   // by every row of x. bfloat16 widens by a shift, cheaper than the loads of a wider row.
   constexpr bool kWidenWeight = std::is_same_v<scalar_t, at::Half>;
   const at::Tensor widened = kWidenWeight ? weight.select(0, 0).select(1, 0).to(at::kFloat) : at::Tensor();
+  const auto* const weight_row = [&] {
+    if constexpr (kWidenWeight) {
+      return widened.const_data_ptr<acc>();
+    } else {
+      return w;
+    }
+  }();
   const auto sum_chunk = [&](int64_t group, int64_t r0, int64_t r1, int64_t /*i0*/, int64_t /*i1*/, acc* dst) {
     const int64_t first = group * group_rows;
-    const scalar_t* const x_group = x + first * x_row_stride + r0;
-    const int64_t group_size = std::min(group_rows, rows - first);
-    if constexpr (kWidenWeight) {
-      *dst = row_sum<scalar_t, true>(x_group, x_row_stride, widened.const_data_ptr<acc>() + r0, 0, r1 - r0, group_size);
-    } else {
-      *dst = row_sum<scalar_t, true>(x_group, x_row_stride, w + r0, 0, r1 - r0, group_size);
-    }
+    *dst = row_sum<scalar_t, true>(
+        x + first * x_row_stride + r0, x_row_stride, weight_row + r0, 0, r1 - r0, std::min(group_rows, rows - first));
   };
   reduce_in_chunks<acc>(groups, length, 1, kChunk, 1, values, sum_chunk);
   return tree_sum(values, groups);

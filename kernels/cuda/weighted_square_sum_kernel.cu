@@ -352,7 +352,7 @@ __device__ __forceinline__ void add_held_weight_terms(
 }
 
 // A total on Rows whose rows share one weight row of at most kWarp * kN * kWeightRegisterGroups
-// elements (plan.weight_in_registers: x [R, C], w [C], rows not cut). Each lane loads its groups of
+// elements (plan.weight_in_registers(): x [R, C], w [C], rows not cut). Each lane loads its groups of
 // the weight row once, then for every row of its warp's run loads only its groups of x, all in
 // flight together: twice the bytes of x in flight of add_segment, which also loads w each row.
 template <typename scalar_t, typename out_t>
@@ -691,7 +691,7 @@ void launch_total_stage1(
   with_flags(plan.vectorized, plan.weight_fixed, [&](auto vectorized, auto weight_fixed) {
     constexpr bool kVectorized = decltype(vectorized)::value;
     constexpr bool kWeightFixed = decltype(weight_fixed)::value;
-    if (plan.layout == square_sum::Layout::Rows && plan.weight_in_registers) {
+    if (plan.layout == square_sum::Layout::Rows && plan.weight_in_registers()) {
       TORCH_INTERNAL_ASSERT(plan.vectorized && !plan.weight_fixed);
       if constexpr (kVectorized && !kWeightFixed) {
         shared_weight_rows_total_kernel<scalar_t, out_t>

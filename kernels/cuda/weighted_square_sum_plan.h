@@ -122,10 +122,8 @@ struct Plan {
   Layout layout = Layout::Tiles;
   bool vectorized = false;  // 16-byte loads; changes how loads happen, not what is added when
   bool weight_fixed = false;  // the weight is constant along reduce: read once per output
-  // Rows total: one short weight row for all rows (kWeightRegisterGroups): shared_weight_row from
-  // the shape, weight_in_registers where the loads are 16-byte too.
+  // Rows total: one short weight row for all rows (kWeightRegisterGroups), from the shape alone.
   bool shared_weight_row = false;
-  bool weight_in_registers = false;
   RowsPlan rows;
   TilesPlan tiles;
   TilesPlan second;  // stage 2 over the partials, when chunks() > 1 (not total)
@@ -140,6 +138,8 @@ struct Plan {
   std::vector<TilesPlan> passes;
 
   int64_t chunks() const { return layout == Layout::Rows ? rows.splits : tiles.chunks; }
+  // The shared row's kernel that holds it in registers: with 16-byte loads only.
+  bool weight_in_registers() const { return shared_weight_row && vectorized; }
 };
 
 namespace plan_detail {
@@ -274,7 +274,6 @@ inline Plan plan_reduction(Problem p) {
     if (p.total) {
       plan.shared_weight_row = r.rows > 1 && r.splits == 1 && r.weight_row_stride == 0 && !plan.weight_fixed &&
           r.length <= kWarp * v * kWeightRegisterGroups;
-      plan.weight_in_registers = plan.shared_weight_row && plan.vectorized;
       plan_total(plan);
     } else if (r.splits > 1) {
       plan.second = plan_tiles(r.rows, r.splits, 1, {r.splits, 1, 0}, {}, 1, false);

@@ -221,7 +221,7 @@ TEST(WeightedSquareSumPlan, FullReductionsAreTotalsOfFewPartials) {
     EXPECT_TRUE(full.passes.empty());
     EXPECT_LE(full.partials, sq::kTotalWarps / sq::kWarpsPerBlock);
     EXPECT_LE(full.rows.segment, sq::kMaxSegment);
-    EXPECT_FALSE(full.weight_in_registers);
+    EXPECT_FALSE(full.weight_in_registers());
     expect_total_sound(full);
     EXPECT_FALSE(plain.total);
     EXPECT_TRUE(plain.passes.empty());
@@ -249,12 +249,12 @@ TEST(WeightedSquareSumPlan, BroadcastRowTotalAddsRowsInWarpsOfSeveral) {
     EXPECT_EQ(plan.run, rows / (short_row ? sq::kSharedWeightTotalWarps : sq::kTotalWarps));
     // A lane's weight groups of a row stay in registers where the row has at most
     // kWeightRegisterGroups groups a lane: rows of 1024 in 2-byte types, not in float32.
-    EXPECT_EQ(plan.weight_in_registers, short_row);
+    EXPECT_EQ(plan.weight_in_registers(), short_row);
     // Not without 16-byte loads, but the same cut and order of additions.
     sq::Problem misaligned = total(p);
     misaligned.input_aligned = false;
     const auto element_wise = sq::plan_reduction(misaligned);
-    EXPECT_FALSE(element_wise.weight_in_registers);
+    EXPECT_FALSE(element_wise.weight_in_registers());
     EXPECT_EQ(element_wise.shared_weight_row, short_row);
     expect_same_order(plan, element_wise);
     expect_total_sound(plan);
@@ -265,8 +265,8 @@ TEST(WeightedSquareSumPlan, BroadcastRowTotalAddsRowsInWarpsOfSeveral) {
     EXPECT_EQ(longer.partials, plan.partials);
     expect_total_sound(longer);
     // Not for rows with weights of their own, nor for a sum per row.
-    EXPECT_FALSE(sq::plan_reduction(total(contiguous(rows, 1024, 1, vector))).weight_in_registers);
-    EXPECT_FALSE(sq::plan_reduction(p).weight_in_registers);
+    EXPECT_FALSE(sq::plan_reduction(total(contiguous(rows, 1024, 1, vector))).weight_in_registers());
+    EXPECT_FALSE(sq::plan_reduction(p).weight_in_registers());
   }
 }
 
