@@ -1,7 +1,10 @@
 // The weighted square sum's arithmetic: the one place of its formula and accumulation type. Every
 // loop (CPU, CUDA) computes each term with the weighted square's functor (weighted_sum_math.h,
 // the composite's operation order w * (x * x)) in the accumulation type and adds the terms in it;
-// float16 and bfloat16 results are rounded once, at the end.
+// float16 and bfloat16 results are rounded once, at the end. One exception, exact in real
+// arithmetic: the CPU total over one weight row shared by many rows sums each column's squares
+// first, then weights it (w[j] * sum_r x[r, j]**2: a load and an FMA a term, as torch.sum's load
+// and add), and falls back to these terms where that overflows.
 #pragma once
 
 #include <ATen/OpMathType.h>

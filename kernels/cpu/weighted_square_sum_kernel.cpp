@@ -19,7 +19,7 @@
 // - Rows: the reduce dimension is contiguous in the input (the weight's is too, or broadcast):
 //   full reductions and last-dimension sums. Vectorized along the reduce dimension. In a total
 //   whose weight is one row for all of x's rows (w [C] over x [R, C]), several rows to one
-//   accumulation (shared_weight_total).
+//   accumulation, the weight factored out of each column's squares (shared_weight_total).
 // - Columns: the inner dimension is contiguous (the weight's is too, or broadcast): first-
 //   dimension sums, and x.t() summed over its last dimension (see reduce_typed). Vectorized
 //   across inner, a chunk's rows added one after the other into sums that stay in the L1 cache.
@@ -30,6 +30,7 @@
 // (-fopenmp, as ATen is: cmake/CustomOpsCpuKernels.cmake adds it); any thread count, same bits.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <type_traits>
 #include <vector>
 
@@ -105,22 +106,6 @@ AccParts<scalar_t> load_any_order(const scalar_t* p) {
   }
 }
 
-// The weights at p for a Vec<scalar_t> of x loaded by load_any_order: from the operands' type
-// alike, or (weight_t the accumulation type) from weights widened ahead of time, in order, as
-// float16's x is widened (not for bfloat16, whose x lanes come even then odd).
-template <typename scalar_t, typename weight_t>
-AccParts<scalar_t> load_weights(const weight_t* p) {
-  if constexpr (std::is_same_v<weight_t, scalar_t>) {
-    return load_any_order(p);
-  } else {
-    static_assert(std::is_same_v<weight_t, acc_t<scalar_t>> && !std::is_same_v<scalar_t, at::BFloat16>);
-    AccParts<scalar_t> parts;
-    c10::ForcedUnroll<kParts<scalar_t>>{}(
-        [&](auto part) { parts[part] = AccVec<scalar_t>::loadu(p + part * AccVec<scalar_t>::size()); });
-    return parts;
-  }
-}
-
 template <typename scalar_t>
 AccParts<scalar_t> broadcast(scalar_t value) {
   AccParts<scalar_t> parts;
@@ -150,10 +135,9 @@ C10_ALWAYS_INLINE void accumulate(Accumulators<scalar_t, kLoads>& acc, const Loa
 // too (kWeightContiguous) or is w[0] throughout, and steps by w_row_stride from row to row.
 // Several rows a call: those of a total (summed together anyway) that share one weight row, where
 // a row's own lanes' sum and call would cost as much as its terms (w [1024] over x [R, 1024]).
-// weight_t: scalar_t, or the accumulation type for a weight row widened once (load_weights).
-template <typename scalar_t, bool kWeightContiguous, typename weight_t = scalar_t>
+template <typename scalar_t, bool kWeightContiguous>
 C10_NOINLINE acc_t<scalar_t> row_sum(
-    const scalar_t* x, int64_t x_row_stride, const weight_t* w, int64_t w_row_stride, int64_t n, int64_t rows) {
+    const scalar_t* x, int64_t x_row_stride, const scalar_t* w, int64_t w_row_stride, int64_t n, int64_t rows) {
   using acc = acc_t<scalar_t>;
   using V = Vec<scalar_t>;
   constexpr int kLoads = kAccumulators / kParts<scalar_t>;
@@ -165,14 +149,12 @@ C10_NOINLINE acc_t<scalar_t> row_sum(
     acc.fill(AccVec<scalar_t>(0));
     for (int64_t row = 0; row < rows; ++row) {
       const scalar_t* const x_row = x + row * x_row_stride;
-      const weight_t* const w_row = w + row * w_row_stride;
+      const scalar_t* const w_row = w + row * w_row_stride;
       const AccParts<scalar_t> w_broadcast = broadcast(static_cast<scalar_t>(*w_row));
       for (int64_t i = 0; i < vector_end; i += kStep) {
         accumulate<scalar_t, kLoads>(
             acc, [&](int load) { return load_any_order(x_row + i + load * V::size()); },
-            [&](int load) {
-              return kWeightContiguous ? load_weights<scalar_t>(w_row + i + load * V::size()) : w_broadcast;
-            });
+            [&](int load) { return kWeightContiguous ? load_any_order(w_row + i + load * V::size()) : w_broadcast; });
       }
     }
     static_assert(kAccumulators == 4, "the lanes' tree below adds four accumulators");
@@ -183,9 +165,68 @@ C10_NOINLINE acc_t<scalar_t> row_sum(
   acc tail = 0;
   for (int64_t row = 0; row < rows; ++row) {
     for (int64_t i = vector_end; i < n; ++i) {
-      // term(x, w) on a widened w: its widening is exact.
-      const weight_t w_i = w[row * w_row_stride + (kWeightContiguous ? i : 0)];
-      tail += weighted_square(static_cast<acc>(x[row * x_row_stride + i]), static_cast<acc>(w_i));
+      tail += term(x[row * x_row_stride + i], w[row * w_row_stride + (kWeightContiguous ? i : 0)]);
+    }
+  }
+  return sum + tail;
+}
+
+// The total of `rows` rows of `length` terms (input contiguous along them, rows * length <= kSerialTerms
+// * (lanes of the accumulators)) weighted by one shared row w, factored: per column the squares
+// down the rows first, then each column's sum times its weight, w[j] * sum_r x[r, j]**2. One load
+// and one FMA a term, as torch.sum's load and add, where w * (x * x) costs a weight load and a
+// multiply more. Exact in real arithmetic; the caller redoes a non-finite result term by term
+// (the column sums may overflow where the weighted terms would not).
+template <typename scalar_t>
+C10_NOINLINE acc_t<scalar_t> shared_row_sum(
+    const scalar_t* x, int64_t x_row_stride, const scalar_t* w, int64_t length, int64_t rows) {
+  using acc = acc_t<scalar_t>;
+  using V = Vec<scalar_t>;
+  constexpr int kLoads = kAccumulators / kParts<scalar_t>;
+  constexpr int64_t kStep = kLoads * V::size();
+  const int64_t vector_end = length / kStep * kStep;
+  // A column's squares add `rows` terms in series: more than kSerialTerms only in rows without a step.
+  TORCH_INTERNAL_ASSERT_DEBUG_ONLY(vector_end == 0 || rows <= kSerialTerms);
+  acc sum = 0;
+  if (vector_end > 0) {
+    Accumulators<scalar_t, kLoads> total;
+    total.fill(AccVec<scalar_t>(0));
+    for (int64_t j = 0; j < vector_end; j += kStep) {
+      Accumulators<scalar_t, kLoads> squares;
+      squares.fill(AccVec<scalar_t>(0));
+      for (int64_t row = 0; row < rows; ++row) {
+        const scalar_t* const x_row = x + row * x_row_stride + j;
+        c10::ForcedUnroll<kLoads>{}([&](auto load) {
+          const AccParts<scalar_t> v = load_any_order(x_row + load * V::size());
+          c10::ForcedUnroll<kParts<scalar_t>>{}([&](auto part) {
+            auto& s = squares[load * kParts<scalar_t> + part];
+            s = at::vec::fmadd(v[part], v[part], s);
+          });
+        });
+      }
+      c10::ForcedUnroll<kLoads>{}([&](auto load) {
+        const AccParts<scalar_t> weights = load_any_order(w + j + load * V::size());
+        c10::ForcedUnroll<kParts<scalar_t>>{}([&](auto part) {
+          const int k = load * kParts<scalar_t> + part;
+          total[k] = at::vec::fmadd(weights[part], squares[k], total[k]);
+        });
+      });
+    }
+    static_assert(kAccumulators == 4, "the lanes' tree below adds four accumulators");
+    const auto lanes = (total[0] + total[1]) + (total[2] + total[3]);
+    sum = at::vec::vec_reduce_all([](const auto& a, const auto& b) { return a + b; }, lanes);
+  }
+  // Rows shorter than a step come many to a call: their columns' squares are added in blocks of
+  // kSerialTerms rows.
+  acc tail = 0;
+  for (int64_t j = vector_end; j < length; ++j) {
+    for (int64_t r0 = 0; r0 < rows; r0 += kSerialTerms) {
+      acc squares = 0;
+      for (int64_t row = r0; row < std::min(rows, r0 + kSerialTerms); ++row) {
+        const acc v = static_cast<acc>(x[row * x_row_stride + j]);
+        squares += v * v;
+      }
+      tail += static_cast<acc>(w[j]) * squares;
     }
   }
   return sum + tail;
@@ -454,8 +495,9 @@ void reduce_layout(at::Tensor input, at::Tensor weight, out_t* out) {
 }
 
 // A total of x [R, C] (rows contiguous along C) weighted by one row w [C] for all of them: rows
-// taken whole, as many to one accumulation (row_sum) as the serial bound allows, so that the reads
-// run through x in order; rows longer than that chunked along C. Then one pairwise tree.
+// taken whole, as many to one accumulation as the serial bound allows, so that the reads run
+// through x in order; rows longer than that chunked along C. Then one pairwise tree. Each group's
+// weight factored out of its columns (shared_row_sum); where that overflows, term by term (row_sum).
 template <typename scalar_t>
 acc_t<scalar_t> shared_weight_total(const at::Tensor& input, const at::Tensor& weight) {
   using acc = acc_t<scalar_t>;
@@ -470,25 +512,21 @@ acc_t<scalar_t> shared_weight_total(const at::Tensor& input, const at::Tensor& w
   const int64_t x_row_stride = input.stride(0);
   at::Tensor sums = at::empty({groups}, at::TensorOptions().dtype(c10::CppTypeToScalarType<acc>::value));
   acc* const values = sums.mutable_data_ptr<acc>();
-  // float16 widens by one conversion instruction a vector, x's and w's alike (with w from the L1
-  // cache, this op then converts twice what torch.sum(x) does): widened once, the row is reused
-  // by every row of x. bfloat16 widens by a shift, cheaper than the loads of a wider row.
-  constexpr bool kWidenWeight = std::is_same_v<scalar_t, at::Half>;
-  const at::Tensor widened = kWidenWeight ? weight.select(0, 0).select(1, 0).to(at::kFloat) : at::Tensor();
-  const auto* const weight_row = [&] {
-    if constexpr (kWidenWeight) {
-      return widened.const_data_ptr<acc>();
-    } else {
-      return w;
-    }
-  }();
-  const auto sum_chunk = [&](int64_t group, int64_t r0, int64_t r1, int64_t /*i0*/, int64_t /*i1*/, acc* dst) {
-    const int64_t first = group * group_rows;
-    *dst = row_sum<scalar_t, true>(
-        x + first * x_row_stride + r0, x_row_stride, weight_row + r0, 0, r1 - r0, std::min(group_rows, rows - first));
+  const auto total = [&](auto factored) {
+    const auto sum_chunk = [&](int64_t group, int64_t r0, int64_t r1, int64_t /*i0*/, int64_t /*i1*/, acc* dst) {
+      const int64_t first = group * group_rows;
+      const scalar_t* const x_group = x + first * x_row_stride + r0;
+      const int64_t group_size = std::min(group_rows, rows - first);
+      *dst = decltype(factored)::value ? shared_row_sum<scalar_t>(x_group, x_row_stride, w + r0, r1 - r0, group_size)
+                                       : row_sum<scalar_t, true>(x_group, x_row_stride, w + r0, 0, r1 - r0, group_size);
+    };
+    reduce_in_chunks<acc>(groups, length, 1, kChunk, 1, values, sum_chunk);
+    return tree_sum(values, groups);
   };
-  reduce_in_chunks<acc>(groups, length, 1, kChunk, 1, values, sum_chunk);
-  return tree_sum(values, groups);
+  const acc factored = total(std::true_type{});
+  // Squares summed before their weights can overflow where the weighted terms would not (x**2
+  // near the type's limit, small weights; or a zero weight times an overflowed column: NaN).
+  return std::isfinite(factored) ? factored : total(std::false_type{});
 }
 
 template <typename scalar_t, typename out_t>

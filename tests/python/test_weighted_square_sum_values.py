@@ -468,6 +468,20 @@ def test_totals_with_broadcast_weights(device, dtype, case, keepdim):
     assert torch.equal(op(x, w, None, keepdim), out)
 
 
+@pytest.mark.parametrize("zero_weights", [False, True], ids=["small_weights", "zero_weights"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_name)
+def test_shared_weight_row_totals_where_squares_summed_first_would_overflow(device, dtype, zero_weights):
+    # The CPU sums a shared weight row's columns of squares before weighting them: x**2 near the
+    # float limit overflows there (inf, or NaN times a zero weight) while every weighted term, and
+    # the composite's sum, is finite. Such a total must be redone term by term.
+    x = make((64, 1024), dtype, device).sign().add_(0.5).mul_(1e19)  # x**2 about 2.3e38 or 2.5e37
+    w = make((1024,), dtype, device).abs().add_(0.5).mul_(1e-10)
+    if zero_weights:
+        w[::3] = 0
+    out = op(x, w)
+    assert_matches_exact(out, x, w)
+
+
 @pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
 def test_each_cpu_instruction_set_build_gives_exact_sums(capability):
     # The CPU loops are compiled per instruction set and picked from ATen's capability; this
