@@ -15,7 +15,7 @@ namespace custom::detail {
 // What a device loop computes: out[o, i] = sum over r of weight[o, r, i] * input[o, r, i]**2, or
 // with `total`, out[0] = the sum over every o, r and i.
 struct WeightedSquareSumReduction {
-  // Contiguous, [outer, inner] (one element with `total`), of the accumulation dtype
+  // Contiguous, [outer, inner] (one element, of any shape, with `total`), of the accumulation dtype
   // (math::weighted_square_sum_acc_t: float32 for float16/bfloat16/float32, float64 for float64)
   // or of the operands' dtype, which the loop's last write rounds to, once: no copy afterwards.
   at::Tensor out;

@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -39,7 +40,6 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
-#include <ATen/ops/empty.h>
 #include <c10/util/Unroll.h>
 #include <c10/util/irange.h>
 
@@ -352,11 +352,12 @@ void reduce_in_chunks(
 
   // One chunk: no partials, the items write the output (through a per-task buffer where out is
   // narrower). Else partials [outer, chunks, inner].
-  at::Tensor partials;
+  // Host buffers here and below, not at::empty: a dispatcher call per buffer shows in a small sum.
+  std::unique_ptr<acc_t[]> partials;
   acc_t* sums = nullptr;
   if (chunks > 1) {
-    partials = at::empty({outer, chunks, inner}, at::TensorOptions().dtype(c10::CppTypeToScalarType<acc_t>::value));
-    sums = partials.mutable_data_ptr<acc_t>();
+    partials = std::make_unique_for_overwrite<acc_t[]>(outer * chunks * inner);
+    sums = partials.get();
   } else if constexpr (std::is_same_v<acc_t, out_t>) {
     sums = out;
   }
@@ -510,8 +511,8 @@ acc_t<scalar_t> shared_weight_total(const at::Tensor& input, const at::Tensor& w
   const scalar_t* const x = input.const_data_ptr<scalar_t>();
   const scalar_t* const w = weight.const_data_ptr<scalar_t>();
   const int64_t x_row_stride = input.stride(0);
-  at::Tensor sums = at::empty({groups}, at::TensorOptions().dtype(c10::CppTypeToScalarType<acc>::value));
-  acc* const values = sums.mutable_data_ptr<acc>();
+  const auto sums = std::make_unique_for_overwrite<acc[]>(groups);
+  acc* const values = sums.get();
   const auto total = [&](auto factored) {
     const auto sum_chunk = [&](int64_t group, int64_t r0, int64_t r1, int64_t /*i0*/, int64_t /*i1*/, acc* dst) {
       const int64_t first = group * group_rows;
@@ -545,14 +546,9 @@ void reduce_typed(const detail::WeightedSquareSumReduction& args) {
   }
   // The [outer, inner] sums, then one pairwise tree over them all.
   const int64_t n = args.input.size(0) * args.input.size(2);
-  acc single = 0;
-  at::Tensor sums;
-  if (n > 1) {
-    sums = at::empty({n}, at::TensorOptions().dtype(c10::CppTypeToScalarType<acc>::value));
-  }
-  acc* const values = n > 1 ? sums.mutable_data_ptr<acc>() : &single;
-  reduce_layout<scalar_t>(args.input, args.weight, values);
-  *out = static_cast<out_t>(tree_sum(values, n));
+  const auto sums = std::make_unique_for_overwrite<acc[]>(n);
+  reduce_layout<scalar_t>(args.input, args.weight, sums.get());
+  *out = static_cast<out_t>(tree_sum(sums.get(), n));
 }
 
 void reduce(const detail::WeightedSquareSumReduction& args) {
