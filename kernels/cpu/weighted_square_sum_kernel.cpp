@@ -356,7 +356,7 @@ void reduce_in_chunks(
   std::unique_ptr<acc_t[]> partials;
   acc_t* sums = nullptr;
   if (chunks > 1) {
-    partials = std::make_unique_for_overwrite<acc_t[]>(outer * chunks * inner);
+    partials = std::unique_ptr<acc_t[]>(new acc_t[outer * chunks * inner]);
     sums = partials.get();
   } else if constexpr (std::is_same_v<acc_t, out_t>) {
     sums = out;
@@ -511,7 +511,7 @@ acc_t<scalar_t> shared_weight_total(const at::Tensor& input, const at::Tensor& w
   const scalar_t* const x = input.const_data_ptr<scalar_t>();
   const scalar_t* const w = weight.const_data_ptr<scalar_t>();
   const int64_t x_row_stride = input.stride(0);
-  const auto sums = std::make_unique_for_overwrite<acc[]>(groups);
+  const auto sums = std::unique_ptr<acc[]>(new acc[groups]);
   acc* const values = sums.get();
   const auto total = [&](auto factored) {
     const auto sum_chunk = [&](int64_t group, int64_t r0, int64_t r1, int64_t /*i0*/, int64_t /*i1*/, acc* dst) {
@@ -546,7 +546,7 @@ void reduce_typed(const detail::WeightedSquareSumReduction& args) {
   }
   // The [outer, inner] sums, then one pairwise tree over them all.
   const int64_t n = args.input.size(0) * args.input.size(2);
-  const auto sums = std::make_unique_for_overwrite<acc[]>(n);
+  const auto sums = std::unique_ptr<acc[]>(new acc[n]);
   reduce_layout<scalar_t>(args.input, args.weight, sums.get());
   *out = static_cast<out_t>(tree_sum(sums.get(), n));
 }
