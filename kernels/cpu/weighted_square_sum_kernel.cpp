@@ -101,6 +101,12 @@ AccParts<scalar_t> load_any_order(const scalar_t* p) {
     static_assert(Vec<scalar_t>::size() * sizeof(scalar_t) == Bits::size() * sizeof(int32_t));
     const Bits bits = Bits::loadu(p);
     return {at::vec::cast<float>(bits << Bits(16)), at::vec::cast<float>(bits & Bits(-65536))};
+  } else if constexpr (std::is_same_v<scalar_t, at::Half>) {
+    // One half-width load per float vector (vcvtph2ps from memory), no extract of a full one's half.
+    AccParts<scalar_t> parts;
+    c10::ForcedUnroll<kParts<scalar_t>>{}(
+        [&](auto part) { at::vec::load_to_float(p + part * AccVec<scalar_t>::size(), parts[part]); });
+    return parts;
   } else {
     return to_acc(Vec<scalar_t>::loadu(p));
   }
