@@ -136,6 +136,14 @@ C10_ALWAYS_INLINE void accumulate(Accumulators<scalar_t, kLoads>& acc, const Loa
   });
 }
 
+// The sum of every lane of the accumulators: a fixed tree over them, then over their lanes.
+template <typename scalar_t, int kLoads>
+acc_t<scalar_t> sum_lanes(const Accumulators<scalar_t, kLoads>& acc) {
+  static_assert(kAccumulators == 4, "the tree below adds four accumulators");
+  const auto lanes = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  return at::vec::vec_reduce_all([](const auto& a, const auto& b) { return a + b; }, lanes);
+}
+
 // Sums `rows` rows of n terms whose input is contiguous (rows * n <= kSerialTerms * (lanes of the
 // accumulators)), one row after the other into the same accumulators; the weight is contiguous
 // too (kWeightContiguous) or is w[0] throughout, and steps by w_row_stride from row to row.
@@ -163,9 +171,7 @@ C10_NOINLINE acc_t<scalar_t> row_sum(
             [&](int load) { return kWeightContiguous ? load_any_order(w_row + i + load * V::size()) : w_broadcast; });
       }
     }
-    static_assert(kAccumulators == 4, "the lanes' tree below adds four accumulators");
-    const auto lanes = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-    sum = at::vec::vec_reduce_all([](const auto& a, const auto& b) { return a + b; }, lanes);
+    sum = sum_lanes<scalar_t, kLoads>(acc);
   }
   // Fewer than kStep terms a row: not worth a masked vector.
   acc tail = 0;
@@ -218,9 +224,7 @@ C10_NOINLINE acc_t<scalar_t> shared_row_sum(
         });
       });
     }
-    static_assert(kAccumulators == 4, "the lanes' tree below adds four accumulators");
-    const auto lanes = (total[0] + total[1]) + (total[2] + total[3]);
-    sum = at::vec::vec_reduce_all([](const auto& a, const auto& b) { return a + b; }, lanes);
+    sum = sum_lanes<scalar_t, kLoads>(total);
   }
   // Rows shorter than a step come many to a call: their columns' squares are added in blocks of
   // kSerialTerms rows.
