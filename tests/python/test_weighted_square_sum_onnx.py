@@ -2,8 +2,9 @@
 ReduceSum), checked with onnx.checker and onnxruntime at several batch sizes of a dynamic batch
 dimension, for both exporters, as test_onnx_export.py checks weighted_sum.
 
-ReduceSum adds in onnxruntime's order, not our kernel's: values are compared with the op's up to
-the rounding of the result dtype (torch.testing.assert_close's defaults), dtypes and shapes exactly.
+ReduceSum adds in onnxruntime's order, not our kernel's: dtypes and shapes are compared exactly,
+values up to the two orders' rounding (onnx_harness's "sum" check). The weights are positive, so
+every term is and a relative bound holds: with mixed signs the sum can cancel to near zero.
 
 Needs onnx, onnxscript and onnxruntime (skipped without them) and the package (the `site` fixture
 of conftest.py): each export runs in a fresh interpreter (onnx_harness).
@@ -26,7 +27,7 @@ CASES = """
 class Model(torch.nn.Module):
     def __init__(self, weight_shape, weight_dtype, dim, keepdim, dtype):
         super().__init__()
-        self.weight = torch.nn.Parameter(torch.randn(weight_shape, dtype=weight_dtype))
+        self.weight = torch.nn.Parameter(torch.rand(weight_shape, dtype=weight_dtype) + 0.5)
         self.dim, self.keepdim, self.dtype = dim, keepdim, dtype
     def forward(self, x):
         return torch.ops.custom.weighted_square_sum(x, self.weight, self.dim, self.keepdim, dtype=self.dtype) * 3
@@ -52,7 +53,7 @@ CASES = {
 
 @pytest.mark.parametrize("how", ["registered", "table", "legacy", "legacy_opset11"])
 def test_export_runs_in_onnxruntime_like_the_op(site, how):
-    report = export_and_run(site, how, "close", CASES)
+    report = export_and_run(site, how, "sum", CASES)
     assert len(report) == 10
     for case, entry in report.items():
         assert entry["checks"] == ["ok"] * 4, (case, entry)
