@@ -30,7 +30,7 @@ def run_python(code, pythonpath, check=True):
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=900,  # catches a hang, not slowness: ten ONNX exports in one take minutes under load
         cwd=pathlib.Path(pythonpath or REPO).parent,  # not the repo root: no stray python/ on sys.path
     )
     if check and result.returncode != 0:
