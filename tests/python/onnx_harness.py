@@ -52,15 +52,20 @@ CHECKS = {
     # dtype and shape exactly; values of a sum of positive terms that onnxruntime adds in another
     # order than ours: each order is within (terms - 1) units of roundoff of the accumulation dtype
     # (float32, float64 for float64) of the exact sum, so the two are within twice that, or the
-    # rounding of the result dtype where that is coarser (assert_close's defaults)
+    # rounding of the result dtype where that is coarser (assert_close's default rtol and atol,
+    # as its documentation lists them, for every floating dtype)
     "sum": """
+        DEFAULT_TOLERANCES = {
+            torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5),
+            torch.float32: (1.3e-6, 1e-5), torch.float64: (1e-7, 1e-7),
+        }
         def check(got, expected, x):
             terms = x.numel() // max(expected.numel(), 1)
             accumulate = torch.float64 if expected.dtype == torch.float64 else torch.float32
-            bound = terms * torch.finfo(accumulate).eps  # 2 * terms * unit roundoff
-            rtol = max(bound, {torch.float16: 1e-3, torch.float32: 1.3e-6, torch.float64: 1e-7}[expected.dtype])
+            reorder = terms * torch.finfo(accumulate).eps  # 2 * terms * unit roundoff
+            rtol, atol = DEFAULT_TOLERANCES[expected.dtype]
             try:
-                torch.testing.assert_close(got, expected, rtol=rtol, atol=1e-5)
+                torch.testing.assert_close(got, expected, rtol=max(reorder, rtol), atol=atol)
                 return "ok"
             except AssertionError as error:
                 return str(error)
