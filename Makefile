@@ -3,8 +3,11 @@
 #   make test   set up, build, install, run every C++ (ctest) and Python (pytest) test
 #   make format reformat our C++/CUDA (clang-format) and Python (ruff), apply ruff's safe fixes
 #   make lint   check formatting, ruff's rules and clang-tidy's (the tools: requirements-lint.txt)
-# Set-up (scripts/setup-env.sh) uses python3 when its torch is in the supported range, else makes
+#   make wheel  a wheel of the Python package in dist/, named for its torch and CUDA
+# Set-up (scripts/setup-env.sh) checks, before compiling, what the build needs: it uses python3 when
+# its torch is in the supported range (make test adds the test tools it lacks, saying so), else makes
 # .venv with the newest; TORCH=X.Y.Z builds and tests against that release instead (own build dirs).
+# GPU architectures: TORCH_CUDA_ARCH_LIST (environment or CMAKE_ARGS), as for PyTorch extensions.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -16,8 +19,11 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 PYTEST_ARGS ?=
 # pytest-xdist processes for the Python tests (1: none), each taking whole test files: a file's
-# session fixtures and its campaign's count test stay in one process.
+# session fixtures and its campaign's count test stay in one process. Without pytest-xdist: one.
 PYTEST_WORKERS ?= 2
+# make test: pip-install the test tools python3 lacks (no: print the command instead).
+INSTALL_TEST_TOOLS ?= yes
+SETUP_FOR ?=
 PYTHON = $(shell cat $(BUILD)/python-path)
 
 # The lint and format tools, pinned, in their own venv (scripts/setup-lint.sh).
@@ -30,11 +36,11 @@ CXX_FILES = $(shell find ops kernels autograd batching tests/cpp bench/cpp examp
 TIDY_FILES = $(shell find ops kernels/cpu autograd batching -name '*.cpp')
 PY_DIRS = python bench examples scripts tests
 
-.PHONY: demo test install sanitize clean format lint lint-tools lint-format lint-python lint-tidy
+.PHONY: demo test install wheel sanitize clean format lint lint-tools lint-format lint-python lint-tidy
 
 install:
 	@mkdir -p $(BUILD)
-	TORCH=$(TORCH) scripts/setup-env.sh > $(BUILD)/python-path
+	TORCH=$(TORCH) INSTALL_TEST_TOOLS=$(INSTALL_TEST_TOOLS) scripts/setup-env.sh $(SETUP_FOR) > $(BUILD)/python-path
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUSTOM_OPS_CUDA=$(CUDA) \
 	  -DPython3_EXECUTABLE=$$(cat $(BUILD)/python-path) $(CMAKE_ARGS)
 	cmake --build $(BUILD) -j $(JOBS)
@@ -43,11 +49,22 @@ install:
 demo: install
 	PYTHON=$(PYTHON) PREFIX=$(PREFIX) EXAMPLE_BUILD=$(BUILD)/examples MODELS=$(BUILD)/models examples/run_demo.sh
 
+test: SETUP_FOR = --test
 test: install
 	ctest --test-dir $(BUILD) --output-on-failure
+	workers=$(PYTEST_WORKERS); \
+	if [ "$$workers" -gt 1 ] && ! $(PYTHON) -c 'import xdist' 2>/dev/null; then \
+	  echo "make test: pytest-xdist is not installed, so the Python tests run in one process (slower)"; workers=1; \
+	fi; \
 	CUSTOM_OPS_LIBRARY=$(PREFIX)/lib/libcustom_ops.so CUSTOM_OPS_PREFIX=$(PREFIX) CUSTOM_OPS_CUDA=$(CUDA) \
-	  $(PYTHON) -m pytest tests/python -q -rs $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) \
+	  $(PYTHON) -m pytest tests/python -q -rs $$([ "$$workers" -gt 1 ] && echo -n "-n $$workers --dist loadfile") \
 	  $(PYTEST_ARGS)
+
+# The Python package as a wheel (pip install dist/*.whl), built against the torch `make install` uses.
+wheel:
+	@mkdir -p $(BUILD)
+	TORCH=$(TORCH) scripts/setup-env.sh > $(BUILD)/python-path
+	$$(cat $(BUILD)/python-path) -m pip wheel --no-deps -w dist -C cmake.define.CUSTOM_OPS_CUDA=$(CUDA) .
 
 # The C++ tests again, built with AddressSanitizer and UndefinedBehaviorSanitizer (CPU kernels).
 # -O1 and line tables only (-g1): what the sanitizers' reports need, and the build (every file

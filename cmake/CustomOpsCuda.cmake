@@ -28,4 +28,7 @@ elseif(CUSTOM_OPS_CUDA STREQUAL "ON")
 else()  # AUTO without a CUDA torch or without nvcc
   set(CUSTOM_OPS_WITH_CUDA OFF)
 endif()
-message(STATUS "custom-ops: CUDA kernels ${CUSTOM_OPS_WITH_CUDA} (torch CUDA: ${_torch_has_cuda}, nvcc: ${_nvcc_found}, archs: ${CUSTOM_OPS_CUDA_ARCHS})")
+if(NOT CUSTOM_OPS_WITH_CUDA)
+  set(CUSTOM_OPS_CUDA_ARCHS "")
+endif()
+message(STATUS "custom-ops: CUDA kernels ${CUSTOM_OPS_WITH_CUDA} (torch CUDA: ${_torch_has_cuda}, nvcc: ${_nvcc_found})")

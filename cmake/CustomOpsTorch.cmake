@@ -3,7 +3,8 @@
 # and refuses a torch release outside the supported range (requirements.txt states it, once).
 include(CustomOpsFindTorch)
 # The GPU architectures must be set before torch's CMake config reads them.
-set(TORCH_CUDA_ARCH_LIST "${CUSTOM_OPS_CUDA_ARCHS}" CACHE STRING "" FORCE)
+include(CustomOpsCudaArchs)
+custom_ops_set_cuda_archs()
 
 find_path(_torch_config_dir TorchConfig.cmake PATH_SUFFIXES share/cmake/Torch NO_CACHE)
 if(NOT _torch_config_dir AND NOT Torch_DIR)

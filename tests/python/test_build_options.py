@@ -2,7 +2,9 @@
 common bug in this field, so a build that should have them is checked for them, and a bad value is
 refused. The compiler: one that links libstdc++ statically is refused at configure time."""
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -165,3 +167,83 @@ def test_a_cuda_torch_configures_without_a_cuda_toolkit(tmp_path):
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "custom-ops: CUDA kernels OFF" in output and "nvcc: OFF" in output, output
+
+
+# torch 2.15.0+cu132's wheel and nvcc 13.0, as `torch._C._cuda_getArchFlags()` and
+# `nvcc --list-gpu-code` print them.
+TORCH_ARCHS = "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"
+NVCC_13_ARCHS = "sm_75 sm_80 sm_86 sm_87 sm_88 sm_89 sm_90 sm_100 sm_110 sm_103 sm_120 sm_121"
+
+
+def choose_cuda_archs(tmp_path, requested, torch_archs, nvcc_archs):
+    """cmake/CustomOpsCudaArchs.cmake's choice: (chosen, left out of torch's, error), lists as strings."""
+    script = tmp_path / "choose.cmake"
+    lists = [";".join(text.split()) if " " in text else text for text in (requested, torch_archs, nvcc_archs)]
+    script.write_text(
+        "cmake_minimum_required(VERSION 3.25)\n"
+        f'include("{REPO}/cmake/CustomOpsCudaArchs.cmake")\n'
+        f'custom_ops_choose_cuda_archs(chosen dropped error "{lists[0]}" "{lists[1]}" "{lists[2]}")\n'
+        'message("${chosen}|${dropped}|${error}")\n'
+    )
+    result = subprocess.run(["cmake", "-P", str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return tuple(result.stderr.strip().split("|"))
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
+@pytest.mark.parametrize(
+    ("requested", "torch_archs", "nvcc_archs", "expected"),
+    [
+        # Unset: torch's architectures that nvcc compiles, PTX of the newest for later GPUs.
+        ("", TORCH_ARCHS, NVCC_13_ARCHS, ("7.5;8.0;8.6;9.0;10.0;12.0+PTX", "", "")),
+        # An older torch's Volta and Pascal kernels: nvcc 13 cannot build them, and says so.
+        ("", "sm_60 sm_70 sm_75 sm_80 sm_90 compute_90", NVCC_13_ARCHS, ("7.5;8.0;9.0+PTX", "6.0;7.0", "")),
+        # torch's list unknown (a libtorch without Python): recent wheels' list, less what nvcc cannot build.
+        ("", "", "sm_80 sm_86 sm_90", ("8.0;8.6;9.0+PTX", "7.5;10.0;12.0", "")),
+        # nvcc's list unknown: torch's, as it is.
+        ("", "sm_80 sm_90", "", ("8.0;9.0+PTX", "", "")),
+        # Set: exactly that, whatever torch has.
+        ("7.5;8.0", TORCH_ARCHS, NVCC_13_ARCHS, ("7.5;8.0", "", "")),
+        ("8.0 9.0a 10.0f+PTX", TORCH_ARCHS, NVCC_13_ARCHS, ("8.0;9.0a;10.0f+PTX", "", "")),
+    ],
+)
+def test_the_cuda_architectures_are_chosen_like_pytorch_extensions(
+    tmp_path, requested, torch_archs, nvcc_archs, expected
+):
+    assert choose_cuda_archs(tmp_path, requested, torch_archs, nvcc_archs) == expected
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
+@pytest.mark.parametrize(
+    ("requested", "message"),
+    [
+        ("7.0;8.0", "TORCH_CUDA_ARCH_LIST has 7.0, which this nvcc cannot compile (it compiles 7.5 8.0"),
+        ("Ampere", "TORCH_CUDA_ARCH_LIST entry 'Ampere' is not a compute capability such as 8.6 or 9.0+PTX"),
+    ],
+)
+def test_an_architecture_that_cannot_be_built_is_refused(tmp_path, requested, message):
+    chosen, _, error = choose_cuda_archs(tmp_path, requested, TORCH_ARCHS, NVCC_13_ARCHS)
+    assert chosen == "" and error.startswith(message), error
+
+
+@pytest.mark.skipif(
+    not (shutil.which("cmake") and shutil.which("nvcc") and torch.version.cuda),
+    reason="needs cmake, nvcc and a CUDA build of torch",
+)
+@pytest.mark.parametrize("how", ["environment", "-D"])
+def test_torch_cuda_arch_list_is_honoured_and_recorded(tmp_path, how):
+    env = {key: value for key, value in os.environ.items() if key != "TORCH_CUDA_ARCH_LIST"}
+    options = ["-DCUSTOM_OPS_CUDA=ON"]
+    if how == "environment":
+        env["TORCH_CUDA_ARCH_LIST"] = "7.5;8.0"
+    else:
+        options.append("-DTORCH_CUDA_ARCH_LIST=7.5;8.0")
+    code, output = configure(tmp_path / "build", *options, env=env)
+    assert code == 0, output
+    assert "custom-ops: CUDA architectures 7.5;8.0, from " in output, output
+    # The CMake config the package installs, and nvcc's flags: those two, no PTX, nothing else.
+    config = (tmp_path / "build" / "CustomOpsConfig.cmake").read_text()
+    assert 'set(CUSTOM_OPS_CUDA_ARCHS "7.5;8.0")' in config
+    commands = json.loads((tmp_path / "build" / "compile_commands.json").read_text())
+    cuda = [entry["command"] for entry in commands if entry["file"].endswith(".cu")]
+    assert cuda and all(set(re.findall(r"code=(\w+)", command)) == {"sm_75", "sm_80"} for command in cuda)
