@@ -1,4 +1,4 @@
-# cmake --install: lib/libcustom_ops.so, include/custom_ops/*.h and the CMake package
+# cmake --install: lib/libcustom_ops.so, include/custom_ops/*.h, share/doc (license, changelog) and the CMake package
 # lib/cmake/CustomOps (config, version file, exported target CustomOps::custom_ops); lib and
 # include as GNUInstallDirs names them for the platform.
 include(CMakePackageConfigHelpers)
@@ -18,3 +18,4 @@ install(FILES
   "${CMAKE_CURRENT_BINARY_DIR}/CustomOpsConfigVersion.cmake"
   cmake/CustomOpsFindTorch.cmake
   DESTINATION ${_package_dir})
+install(FILES LICENSE CHANGELOG.md DESTINATION ${CMAKE_INSTALL_DOCDIR})

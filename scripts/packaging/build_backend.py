@@ -25,25 +25,22 @@ def _with_torch(config_settings):
     return settings
 
 
-def get_requires_for_build_wheel(config_settings=None):
-    return _scikit_build.get_requires_for_build_wheel(_with_torch(config_settings))
+def _passing_torch(hook, settings_position):
+    """The scikit-build-core hook, with the torch settings added to its config_settings argument."""
+
+    def call(*args, **kwargs):
+        if len(args) > settings_position:
+            args = (*args[:settings_position], _with_torch(args[settings_position]), *args[settings_position + 1 :])
+        else:
+            kwargs["config_settings"] = _with_torch(kwargs.get("config_settings"))
+        return hook(*args, **kwargs)
+
+    return call
 
 
-def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
-    return _scikit_build.prepare_metadata_for_build_wheel(metadata_directory, _with_torch(config_settings))
-
-
-def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    return _scikit_build.build_wheel(wheel_directory, _with_torch(config_settings), metadata_directory)
-
-
-def get_requires_for_build_editable(config_settings=None):
-    return _scikit_build.get_requires_for_build_editable(_with_torch(config_settings))
-
-
-def prepare_metadata_for_build_editable(metadata_directory, config_settings=None):
-    return _scikit_build.prepare_metadata_for_build_editable(metadata_directory, _with_torch(config_settings))
-
-
-def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
-    return _scikit_build.build_editable(wheel_directory, _with_torch(config_settings), metadata_directory)
+get_requires_for_build_wheel = _passing_torch(_scikit_build.get_requires_for_build_wheel, 0)
+prepare_metadata_for_build_wheel = _passing_torch(_scikit_build.prepare_metadata_for_build_wheel, 1)
+build_wheel = _passing_torch(_scikit_build.build_wheel, 1)
+get_requires_for_build_editable = _passing_torch(_scikit_build.get_requires_for_build_editable, 0)
+prepare_metadata_for_build_editable = _passing_torch(_scikit_build.prepare_metadata_for_build_editable, 1)
+build_editable = _passing_torch(_scikit_build.build_editable, 1)

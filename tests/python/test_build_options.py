@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 
 import pytest
 import torch
@@ -247,3 +248,51 @@ def test_torch_cuda_arch_list_is_honoured_and_recorded(tmp_path, how):
     commands = json.loads((tmp_path / "build" / "compile_commands.json").read_text())
     cuda = [entry["command"] for entry in commands if entry["file"].endswith(".cu")]
     assert cuda and all(set(re.findall(r"code=(\w+)", command)) == {"sm_75", "sm_80"} for command in cuda)
+
+
+def architecture_not_covering(major):
+    """A GPU architecture nvcc compiles whose kernels cannot run on a GPU of this major version."""
+    return "8.0" if major >= 9 else "9.0"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and shutil.which("cmake") and shutil.which("nvcc")),
+    reason="needs a GPU, cmake and nvcc",
+)
+def test_a_gpu_left_out_of_the_architectures_is_warned_about_at_its_first_call(tmp_path):
+    # The library built for another architecture only: the first CUDA call names the variable to
+    # rebuild with (before CUDA's own "no kernel image" error), once per device.
+    major, minor = torch.cuda.get_device_capability()
+    build = tmp_path / "build"
+    code, output = configure(
+        build, "-DCUSTOM_OPS_CUDA=ON", f"-DTORCH_CUDA_ARCH_LIST={architecture_not_covering(major)}"
+    )
+    assert code == 0, output
+    built = subprocess.run(
+        ["cmake", "--build", str(build), "--target", "custom_ops", "-j", str(os.cpu_count())],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    script = textwrap.dedent(
+        f"""
+        import warnings, torch
+        torch.ops.load_library({str(build / "libcustom_ops.so")!r})
+        x = torch.ones(4, device="cuda")
+        for attempt in range(2):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    torch.ops.custom.weighted_sum(x, x)
+                except RuntimeError as error:
+                    print("error:", str(error).splitlines()[0])
+            print("warnings:", [str(w.message) for w in caught if "custom-ops" in str(w.message)])
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    first, second = [line for line in result.stdout.splitlines() if line.startswith("warnings:")]
+    assert f"has no kernels for cuda:0 ({torch.cuda.get_device_name()}, compute capability {major}.{minor})" in first
+    assert f'Rebuild it with TORCH_CUDA_ARCH_LIST="{major}.{minor}"' in first
+    assert second == "warnings: []", result.stdout
