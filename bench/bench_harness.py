@@ -78,8 +78,8 @@ def parser(doc: str, sizes: dict, layouts, more_layouts=(), threads: str = "all"
     add = p.add_argument
     add("--device", choices=("cuda", "cpu"), default="cuda", help="what to benchmark (default cuda)")
     add("--cpu", action="store_true", help="the same as --device cpu")
-    add("--min-log2", type=int, help=f"smallest size as log2 n (default {sizes})")
-    add("--max-log2", type=int, help="largest size as log2 n")
+    add("--min-log2", type=int, help=f"smallest size as log2 n (default GPU {sizes['cuda'][0]}, CPU {sizes['cpu'][0]})")
+    add("--max-log2", type=int, help=f"largest size as log2 n (default GPU {sizes['cuda'][1]}, CPU {sizes['cpu'][1]})")
     add("--dtypes", default=",".join(DTYPES), help="comma-separated subset of %(default)s")
     add("--layouts", default=",".join(layouts), help="comma-separated subset of %(default)s")
     add("--threads", default=threads, help="CPU: comma-separated thread counts, 'all' = torch's default")
@@ -422,7 +422,8 @@ class Target:
     @property
     def text(self):
         device = {"cuda": "GPU", "cpu": "CPU", "any": "any device"}[self.device]
-        sizes = f"2^{self.min_log2}<=n<=2^{self.max_log2}" if self.max_log2 < 99 else f"n>=2^{self.min_log2}"
+        sizes = f"n>=2^{self.min_log2}" if self.max_log2 >= 99 else f"n<=2^{self.max_log2}"
+        sizes = f"2^{self.min_log2}<={sizes}" if self.min_log2 and self.max_log2 < 99 else sizes
         layouts = (
             ",".join(self.layouts) if len(self.layouts) < 3 else f"{len(self.layouts)} layouts {self.layouts[0]}.."
         )
