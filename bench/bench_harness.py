@@ -1,15 +1,14 @@
-"""The benchmark harness: correctness checks before timing, the timers and their medians, the
-rows and environment that go into the results JSON, and what every benchmark's command line and
-run share (the library, the options of the timers, the thread counts, the results file). It knows
-nothing of the operators: the variants come from weighted_sum_variants.py and
-weighted_square_sum_variants.py, the tables and targets from their *_report.py."""
+"""What every benchmark shares: the command line, the correctness check before timing, the GPU and
+CPU timers, the floor and ratio columns of the rows, the targets (data) and their one evaluator,
+the printed table and the results JSON. The benchmarks bring only their variants and targets."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import datetime
-import importlib.util
+import gc
+import json
 import math
 import os
 import pathlib
@@ -27,16 +26,11 @@ import torch._inductor.config
 import torch.utils.benchmark
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-
-
-# ----------------------------------------------------------------------------------------------
-# What a benchmark hands the harness
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One point of the sweep; its tensors are made by the benchmark's make_inputs."""
-
     layout: str
     dtype: str
     log2n: int
@@ -47,8 +41,7 @@ class Case:
         return 1 << self.log2n
 
     def __str__(self):
-        threads = f", {self.threads} threads" if self.threads else ""
-        return f"{self.dtype} {self.layout} n=2^{self.log2n}{threads}"
+        return f"{self.dtype} {self.layout} n=2^{self.log2n}" + (f", {self.threads} threads" if self.threads else "")
 
 
 @dataclasses.dataclass
@@ -57,11 +50,13 @@ class Variant:
     call: Callable[[], object]  # runs once, returns its result tensor(s)
     expected: Callable[[], tuple]  # float64 reference of those results
     bytes: int  # bytes the variant must move at least
+    kind: str = "forward"
+    setup: Callable[[], None] | None = None  # run before the variant is timed, untimed
 
 
 @dataclasses.dataclass
 class Summed:
-    """An expected value that is a sum: check() bounds its error by the size of the terms."""
+    """An expected sum: check() bounds its error by the size of its terms, not of the sum."""
 
     value: torch.Tensor
     scale: torch.Tensor  # the sum of the terms' absolute values
@@ -73,69 +68,80 @@ def nbytes(*tensors: torch.Tensor) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
-# The command line, the library and torch.compile
+# Command line
 
 
-def add_timing_arguments(parser: argparse.ArgumentParser):
-    """The options of the GPU and CPU timers (gpu_timer, cpu_timer)."""
-    parser.add_argument(
-        "--timer",
-        choices=("auto", "triton", "events"),
-        default="auto",
-        help="GPU timing: triton.testing.do_bench, or the hand-written CUDA-event loop (auto: triton if importable)",
+def parser(doc: str, sizes: dict, layouts, more_layouts=(), threads: str = "all") -> argparse.ArgumentParser:
+    """The options every sweep has; `sizes` is {"cuda": (min, max), "cpu": (min, max)} of log2 n,
+    `layouts` the default ones, `more_layouts` those only asked for."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    add = p.add_argument
+    add("--device", choices=("cuda", "cpu"), default="cuda", help="what to benchmark (default cuda)")
+    add("--cpu", action="store_true", help="the same as --device cpu")
+    add("--min-log2", type=int, help=f"smallest size as log2 n (default GPU {sizes['cuda'][0]}, CPU {sizes['cpu'][0]})")
+    add("--max-log2", type=int, help=f"largest size as log2 n (default GPU {sizes['cuda'][1]}, CPU {sizes['cpu'][1]})")
+    add("--dtypes", default=",".join(DTYPES), help="comma-separated subset of %(default)s")
+    add("--layouts", default=",".join(layouts), help="comma-separated subset of %(default)s")
+    add("--threads", default=threads, help="CPU: comma-separated thread counts, 'all' = torch's default")
+    add("--no-compile", action="store_true", help="skip the torch.compile variants")
+    add("--compile-static-from", type=int, help="a static compiled graph per size from 2^N up, dynamic below")
+    add("--timer", choices=("auto", "triton", "events"), default="auto", help="GPU: do_bench or CUDA events")
+    add(
+        "--l2-flush", choices=("dirty", "clean"), default="dirty", help="GPU: clean also reads a buffer after the flush"
     )
-    parser.add_argument(
-        "--l2-flush",
-        choices=("dirty", "clean"),
-        default="dirty",
-        help="GPU: how L2 is flushed before each repetition. dirty: a buffer is written (do_bench's way), "
-        "which leaves L2 full of dirty lines that the timed call then writes back; clean: the hand-written "
-        "event loop writes the buffer, then reads another as large, so that the call finds L2 clean",
-    )
-    parser.add_argument("--warmup-ms", type=float, default=10.0, help="GPU warm-up time per measurement")
-    parser.add_argument("--rep-ms", type=float, default=40.0, help="GPU measuring time per measurement")
-    parser.add_argument("--min-run-time", type=float, default=0.1, help="CPU seconds per variant and size")
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=5,
-        help="CPU: rounds that time every variant in turn (the median of the rounds is kept)",
-    )
+    add("--warmup-ms", type=float, default=10.0, help="GPU warm-up per measurement")
+    add("--rep-ms", type=float, default=40.0, help="GPU measuring time per measurement")
+    add("--min-run-time", type=float, default=0.1, help="CPU seconds per variant and size")
+    add("--rounds", type=int, default=5, help="CPU: rounds in which every variant takes its turn")
+    add("--library", type=pathlib.Path, help="libcustom_ops.so (default $CUSTOM_OPS_LIBRARY, build/)")
+    add("--git-commit", "--commit", dest="git_commit", default=os.environ.get("CUSTOM_OPS_GIT_COMMIT"))
+    add("--output-dir", type=pathlib.Path, default=REPO, help="root of bench/results/ and docs/")
+    add("--output", "--out", dest="output", type=pathlib.Path, help="the JSON's path, or a directory for it")
+    add("--plot", action="store_true", help="draw the plot under --output-dir's docs/")
+    p.set_defaults(sizes=sizes, all_layouts=tuple(layouts) + tuple(more_layouts))
+    return p
 
 
-def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, dtypes):
-    """The checks every benchmark makes of its parsed options; args.dtypes becomes a list."""
-    # Below 2^4 the [N, C] shapes would get a size-1 dimension, which torch.compile specializes.
-    if not 4 <= args.min_log2 <= args.max_log2:
-        parser.error(f"need 4 <= --min-log2 <= --max-log2, got {args.min_log2} and {args.max_log2}")
-    if args.rounds < 1:
-        parser.error(f"need --rounds >= 1, got {args.rounds}")
-    args.dtypes = subset(parser, "--dtypes", args.dtypes, dtypes)
+def parse(p: argparse.ArgumentParser, argv, compile_static_from: int, aliases=None) -> argparse.Namespace:
+    """Parses and checks; GPU compiles are static from `compile_static_from`, CPU ones never;
+    `aliases` names groups of layouts."""
+    args = p.parse_args(argv)
+    args.cpu = args.cpu or args.device == "cpu"
+    low, high = args.sizes["cpu" if args.cpu else "cuda"]
+    args.min_log2 = low if args.min_log2 is None else args.min_log2
+    args.max_log2 = max(high, args.min_log2) if args.max_log2 is None else args.max_log2
+    if args.compile_static_from is None:  # a C++ compile per size would take minutes on the CPU
+        args.compile_static_from = args.max_log2 + 1 if args.cpu else compile_static_from
+    # Below 2^4 an [N, C] shape would have a size-1 dimension, which torch.compile specializes.
+    if not 4 <= args.min_log2 <= args.max_log2 or args.rounds < 1:
+        p.error("need 4 <= --min-log2 <= --max-log2 and --rounds >= 1")
+    args.dtypes = subset(p, "--dtypes", args.dtypes, DTYPES)
+    for alias, group in (aliases or {}).items():
+        args.layouts = args.layouts.replace(alias, ",".join(group))
+    args.layouts = subset(p, "--layouts", args.layouts, args.all_layouts)
+    args.threads = thread_counts(p, args.threads) if args.cpu else [None]
+    return args
 
 
-def subset(parser, flag, text, allowed):
+def subset(p, flag, text, allowed):
     chosen = [item.strip() for item in text.split(",") if item.strip()]
-    unknown = [item for item in chosen if item not in allowed]
-    if unknown or not chosen:
-        parser.error(f"{flag}: unknown {unknown}, choose from {list(allowed)}")
+    if not chosen or any(item not in allowed for item in chosen):
+        p.error(f"{flag}: {text!r}, choose from {list(allowed)}")
     return chosen
 
 
-def thread_counts(parser, text):
-    counts = []
-    for item in text.split(","):
-        item = item.strip()
-        if item == "all":
-            counts.append(torch.get_num_threads())
-        elif item.isdigit() and int(item) > 0:
-            counts.append(int(item))
-        else:
-            parser.error(f"--threads: expected 'all' or a positive integer, got {item!r}")
-    return list(dict.fromkeys(counts))  # unique, in order
+def thread_counts(p, text):
+    counts = [
+        torch.get_num_threads() if item == "all" else int(item)
+        for item in text.split(",")
+        if item.isdigit() or item == "all"
+    ]
+    if len(counts) != len(text.split(",")) or min(counts) < 1:
+        p.error(f"--threads: expected 'all' or positive integers, got {text!r}")
+    return list(dict.fromkeys(counts))
 
 
 def load_library(path: pathlib.Path | None) -> pathlib.Path:
-    """Loads libcustom_ops.so: --library, else $CUSTOM_OPS_LIBRARY, else build/ of this checkout."""
     path = path or pathlib.Path(os.environ.get("CUSTOM_OPS_LIBRARY", REPO / "build" / "libcustom_ops.so"))
     if not path.is_file():
         sys.exit(f"bench: {path} not found; build the library (see README.md) or pass --library")
@@ -143,313 +149,396 @@ def load_library(path: pathlib.Path | None) -> pathlib.Path:
     return path
 
 
-def pick_device(args, ops, cpu_option: str, no_kernel: str = "no CUDA kernel of {op}") -> torch.device:
-    """The CPU with args.cpu; else the GPU, where torch sees one and the loaded library has a
-    CUDA kernel of each of `ops` (`no_kernel` says which is missing)."""
+def pick_device(args, ops) -> torch.device:
     if args.cpu:
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        sys.exit(f"bench: no GPU visible to torch; run with {cpu_option} for the CPU benchmark")
-    # A CPU-only build would make every GPU call fail deep inside the dispatcher.
-    for op in ops:
+        sys.exit("bench: no GPU visible to torch; run with --cpu")
+    for op in ops:  # a CPU-only build would fail deep inside the dispatcher
         if not torch._C._dispatch_has_kernel_for_dispatch_key(op, "CUDA"):
-            missing = no_kernel.format(op=op)
-            sys.exit(f"bench: the loaded library has {missing}; rebuild it with -DCUSTOM_OPS_CUDA=ON")
+            sys.exit(f"bench: the loaded library has no CUDA kernel of {op}; rebuild it with -DCUSTOM_OPS_CUDA=ON")
     return torch.device("cuda")
 
 
-def configure_dynamo():
-    # Every dtype, layout and grad mode is a guard of its own; never fall back to eager silently.
-    torch._dynamo.config.recompile_limit = 64
-    torch._dynamo.config.fail_on_recompile_limit_hit = True
+class Compiler:
+    """torch.compile of `fn` for one dtype and layout, sizes taken largest first: a static graph per
+    size from 2^static_from up (what a fixed-shape model gets; on the GPU markedly faster than
+    dynamic=True's kernels), one dynamic graph below, where a compile per size would cost minutes."""
+
+    def __init__(self, args, fn):
+        self.fn, self.enabled, self.static_from, self.dynamic = fn, not args.no_compile, args.compile_static_from, None
+
+    def for_size(self, log2n: int):
+        if not self.enabled:
+            return None
+        if log2n >= self.static_from:
+            torch._dynamo.reset()  # drop the previous size's graphs: no recompile pile-up
+            return torch.compile(self.fn, dynamic=False)
+        if self.dynamic is None:
+            torch._dynamo.reset()
+            self.dynamic = torch.compile(self.fn, dynamic=True)
+        return self.dynamic
 
 
 # ----------------------------------------------------------------------------------------------
 # Correctness
 
 
-def tolerance(dtype: torch.dtype) -> dict:
-    """Every output is a product, so its relative error is at most (roundings) x eps/2: 2 eps for
-    the four roundings of the longest composite path. 4 eps doubles that margin; the check is
-    there to stop wrong kernels (wrong broadcast, stale output, wrong formula), not last ulps."""
-    return {"rtol": 4 * torch.finfo(dtype).eps, "atol": 1e-5}
-
-
-def check(variant: Variant, label: str, case: object, dtype: torch.dtype, out: torch.Tensor):
-    """Aborts the run when a variant's values are wrong: a fast wrong kernel is no result."""
-    out.fill_(math.nan)  # an out= variant that writes nothing must fail
+def check(variant: Variant, case, dtype: torch.dtype, out: torch.Tensor | None = None):
+    """Aborts the run where a variant's values are wrong: a fast wrong kernel is no result. The
+    tolerance, 4 eps, is twice the error of the longest composite path (four roundings)."""
+    rtol, atol = 4 * torch.finfo(dtype).eps, 1e-5
+    if out is not None:
+        out.fill_(math.nan)  # an out= variant that writes nothing must fail
     got = variant.call()
     got = got if isinstance(got, tuple) else (got,)
-    expected = variant.expected()
     try:
-        for index, (actual, reference) in enumerate(zip(got, expected, strict=True)):
-            if isinstance(reference, Summed):  # rounding errors of a sum scale with its terms
-                bound = tolerance(dtype)
-                bound = bound["rtol"] * reference.scale + bound["atol"]
+        for index, (actual, reference) in enumerate(zip(got, variant.expected(), strict=True)):
+            if isinstance(reference, Summed):
                 if actual.shape != reference.value.shape:
                     raise AssertionError(
-                        f"output {index}: shape {tuple(actual.shape)}, expected {tuple(reference.value.shape)}"
+                        f"output {index}: shape {tuple(actual.shape)}, not {tuple(reference.value.shape)}"
                     )
-                error = (actual.double() - reference.value).abs()
-                if not (error <= bound).all():  # a NaN fails too
-                    raise AssertionError(f"output {index}: off by up to {float((error - bound).max())} over its bound")
-                continue
-            torch.testing.assert_close(
-                actual.double(), reference, **tolerance(dtype), msg=lambda m, i=index: f"output {i}: {m}"
-            )
+                excess = (actual.double() - reference.value).abs() - (rtol * reference.scale + atol)
+                if not (excess <= 0).all():  # a NaN fails too
+                    raise AssertionError(f"output {index}: off by up to {float(excess.max())} over its bound")
+            else:
+                torch.testing.assert_close(
+                    actual.double(), reference, rtol=rtol, atol=atol, msg=lambda m, i=index: f"output {i}: {m}"
+                )
     except (AssertionError, ValueError) as error:
-        sys.exit(f"bench: {label} computes wrong values for {case}:\n{error}")
+        sys.exit(f"bench: {variant.name} computes wrong values for {case}:\n{error}")
 
 
 # ----------------------------------------------------------------------------------------------
-# Timing
+# Timers: {name: median us} of a list of variants
 
 
-def gpu_timer(args) -> tuple[Callable[[Callable], float], str]:
-    """Median device time in us of one call, with L2 flushed before each repetition."""
+def gpu_timer(args) -> tuple[Callable[[list], dict], str]:
+    """Median device time of one call, L2 flushed before each repetition: triton's do_bench, or
+    its method by hand with CUDA events. The flush writes a buffer, leaving L2 full of dirty lines
+    that a read-only kernel pays to evict; --l2-flush clean then reads a second buffer."""
     clean = args.l2_flush == "clean"
-    if clean and args.timer == "triton":
-        sys.exit("bench: --l2-flush clean needs the event timer (--timer events or auto)")
-    if args.timer in ("auto", "triton") and not clean:
+    if args.timer != "events" and not clean:
         try:
             from triton.testing import do_bench
+
+            def one(fn):
+                return do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median") * 1e3
+
+            return times_of(one), "triton.testing.do_bench (median, L2 flushed)"
         except ImportError:
             if args.timer == "triton":
                 sys.exit("bench: --timer triton, but triton is not importable")
-        else:
-
-            def triton_time(fn):
-                return do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median") * 1e3
-
-            return triton_time, "triton.testing.do_bench (median, L2 flushed)"
-
-    # do_bench's method by hand: a flush buffer of twice the L2 (at least 256 MiB) is written
-    # before each repetition, and CUDA events bracket the call alone. With a clean flush, a second
-    # buffer as large is then read: L2 holds clean lines, which the call evicts for free.
+    elif args.timer == "triton":
+        sys.exit("bench: --l2-flush clean needs --timer events or auto")
     l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     flush = torch.empty(max(256 << 20, 2 * l2), dtype=torch.int8, device="cuda")
-    clean_source = torch.ones(flush.numel() // 4, dtype=torch.float32, device="cuda") if clean else None
+    source = torch.ones(flush.numel() // 4, device="cuda") if clean else None
 
     def flush_l2():
         flush.zero_()
-        if clean_source is not None:
-            clean_source.amax()
+        if source is not None:
+            source.amax()
 
-    def event_time(fn):
-        fn()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(5):
-            flush_l2()
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        estimate_ms = max(start.elapsed_time(end) / 5, 1e-3)
-        for _ in range(max(1, int(args.warmup_ms / estimate_ms))):
-            fn()
-        reps = max(1, int(args.rep_ms / estimate_ms))
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-        for start, end in events:
-            flush_l2()
-            start.record()
-            fn()
-            end.record()
-        torch.cuda.synchronize()
-        return statistics.median(start.elapsed_time(end) for start, end in events) * 1e3
+    def event(fn):
+        def timed(reps, flushed=True):
+            pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+            for start, end in pairs:
+                if flushed:
+                    flush_l2()
+                start.record()
+                fn()
+                end.record()
+            torch.cuda.synchronize()
+            return [start.elapsed_time(end) for start, end in pairs]
 
-    return event_time, "CUDA events (median, L2 flushed" + (" and left clean)" if clean else ")")
+        estimate_ms = max(statistics.median(timed(5)), 1e-3)
+        timed(max(1, int(args.warmup_ms / estimate_ms)), flushed=False)
+        return statistics.median(timed(max(1, int(args.rep_ms / estimate_ms)))) * 1e3
+
+    return times_of(event), "CUDA events (median, L2 flushed" + (" and left clean)" if clean else ")")
+
+
+def times_of(one: Callable[[Callable], float]) -> Callable[[list], dict]:
+    def times(variants):
+        result = {}
+        for variant in variants:
+            if variant.setup:
+                variant.setup()
+            result[variant.name] = one(variant.call)
+        return result
+
+    return times
 
 
 def cpu_timer(args, threads: int) -> Callable[[list], dict]:
-    """Median time in us of each variant, at `threads` threads. The variants take turns, round
-    after round (torch.utils.benchmark's blocked_autorange each), and each keeps the median of its
-    rounds: a slow phase of a shared machine then hits all of them alike instead of the one
-    measured during it, so the ratios within a size hold even where the absolute times drift."""
+    """The variants take turns, round after round (blocked_autorange each), and each keeps the
+    median of its rounds: a slow phase of a shared machine hits all of them alike, so the ratios
+    within a size hold where absolute times drift."""
 
-    def cpu_times(variants):
+    def times(variants):
         rounds = {variant.name: [] for variant in variants}
         for _ in range(args.rounds):
             for variant in variants:
+                if variant.setup:
+                    variant.setup()
                 timer = torch.utils.benchmark.Timer(stmt="fn()", globals={"fn": variant.call}, num_threads=threads)
                 rounds[variant.name].append(
                     timer.blocked_autorange(min_run_time=args.min_run_time / args.rounds).median
                 )
-        return {name: statistics.median(times) * 1e6 for name, times in rounds.items()}
+        return {name: statistics.median(values) * 1e6 for name, values in rounds.items()}
 
-    return cpu_times
-
-
-def timers(args, device: torch.device) -> tuple[Callable[[int | None], Callable[[list], dict]], str]:
-    """timer_for(threads), which gives the timer of the variants of one case (their median times in
-    us by name), and how it times, for the results."""
-    if device.type == "cuda":
-        gpu_time, timing = gpu_timer(args)
-        return (lambda threads: lambda variants: {v.name: gpu_time(v.call) for v in variants}), timing
-    timing = f"torch.utils.benchmark.Timer.blocked_autorange, variants in turn, median of {args.rounds} rounds"
-    return (lambda threads: cpu_timer(args, threads)), timing
+    return times
 
 
-def thread_settings(args, timer_for):
-    """(threads, timer) for each of args.threads (None on the GPU), with torch and Inductor set to
-    that thread count while the caller measures at it."""
-    for threads in args.threads:
-        timer = timer_for(threads)
-        if threads is not None:
-            torch.set_num_threads(threads)
-            # Inductor bakes the thread count into its C++ kernels (and its cache key).
-            torch._inductor.config.cpp.threads = threads
-        yield threads, timer
+def cpu_timing(args) -> str:
+    return f"torch.utils.benchmark.Timer.blocked_autorange, variants in turn, median of {args.rounds} rounds"
 
 
-def host_time_us(fn: Callable, device: torch.device, calls: int) -> float:
-    """Wall time per call of `calls` back-to-back calls, synchronized at the end: the Python and
-    dispatcher overhead whenever the kernel itself is shorter than the launch."""
+def host_times(fns: dict, device: torch.device, calls: int = 1000, batches: int = 7) -> dict:
+    """Per-call wall time in us of back-to-back calls (Python, dispatcher, launch), batches of the
+    variants alternating; the median batch of each."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    sync()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    sync()
-    return (time.perf_counter() - start) / calls * 1e6
+    samples = {name: [] for name in fns}
+    gc.disable()
+    try:
+        for batch in range(batches + 1):  # the first batch warms up
+            for name, fn in fns.items():
+                sync()
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                sync()
+                if batch:
+                    samples[name].append((time.perf_counter() - start) / calls * 1e6)
+    finally:
+        gc.enable()
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def sweep(args, device, measure, group_done, first_shape=lambda layout, log2n: True):
+    """Rows of measure(case, timer) for every thread count, dtype, layout and size (largest first:
+    a dynamic graph is then tuned on the largest size it serves); group_done(rows) after each group."""
+    rows, all_threads = [], torch.get_num_threads()
+    for threads in args.threads:
+        if device.type == "cuda":
+            timer, _ = gpu_timer(args)
+        else:
+            timer = cpu_timer(args, threads)
+            torch.set_num_threads(threads)
+            torch._inductor.config.cpp.threads = threads  # baked into Inductor's C++ kernels
+        for dtype in args.dtypes:
+            for layout in args.layouts:
+                sizes = [k for k in range(args.max_log2, args.min_log2 - 1, -1) if first_shape(layout, k)]
+                if sizes:
+                    print(f"\n== {dtype} {layout}" + (f", {threads} threads" if threads else ""))
+                for log2n in sizes:
+                    rows += measure(Case(layout, dtype, log2n, threads), timer)
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                group_done(rows)
+    torch.set_num_threads(all_threads)
+    return rows
 
 
 # ----------------------------------------------------------------------------------------------
-# Rows of the results JSON
+# Rows: a variant's time, bandwidth, floor and ratios
 
 
-def timed_row(kind: str, case, shape, variant: Variant, us: float) -> dict:
-    """The fields every timed row has: what was timed, its median time and its bandwidth."""
-    return {
-        "kind": kind,
-        "variant": variant.name,
-        "dtype": case.dtype,
-        "layout": case.layout,
-        "log2n": case.log2n,
-        "n": case.n,
-        "shape": list(shape),
-        "threads": case.threads,
-        "median_us": round(us, 3),
-        "bytes": variant.bytes,
-        "gbps": round(variant.bytes / us / 1e3, 2),
-    }
-
-
-def timed_rows(case, shape, variants: list[Variant], times: dict, fwd_bwd_names) -> list[dict]:
-    """One row per variant of a case, with the ratios the targets read. Forward rows are judged
-    against the variant `add_out`, forward+backward rows (names in `fwd_bwd_names`) against a
-    floor that moves their bytes at the bandwidth the variant `copy` achieved."""
+def rows_of(case, shape, variants: list[Variant], times: dict, ratios: dict) -> list[dict]:
+    """One row per variant. The floor is the variant's bytes at the bandwidth `copy` (y.copy_(x))
+    reached here. `ratios` is {kind: {field: (reference variant, how)}}, how: "speedup" (its time
+    / this one's), "time" (this time / its), "bandwidth" (this GB/s / its); null without it."""
+    by_name = {variant.name: variant for variant in variants}
     rows = []
-    copy = next(v for v in variants if v.name == "copy")
     for variant in variants:
         us = times[variant.name]
+        floor_us = times["copy"] * variant.bytes / by_name["copy"].bytes
         row = {
-            **timed_row("fwd_bwd" if variant.name in fwd_bwd_names else "forward", case, shape, variant, us),
-            "vs_add": None,
-            "floor_us": None,
-            "vs_floor": None,
+            "kind": variant.kind,
+            "variant": variant.name,
+            "dtype": case.dtype,
+            "layout": case.layout,
+            "log2n": case.log2n,
+            "n": case.n,
+            "shape": list(shape),
+            "threads": case.threads,
+            "median_us": round(us, 3),
+            "bytes": variant.bytes,
+            "gbps": round(variant.bytes / us / 1e3, 2),
+            "floor_us": round(floor_us, 3),
+            "vs_floor": round(us / floor_us, 4),
         }
-        if row["kind"] == "forward":
-            # > 1: faster than torch.add(out=) on the same operands.
-            row["vs_add"] = round(times["add_out"] / us, 4)
-        else:
-            # The floor moves the fwd+bwd bytes at the bandwidth copy_ achieved here.
-            floor_us = times["copy"] * variant.bytes / copy.bytes
-            row["floor_us"] = round(floor_us, 3)
-            row["vs_floor"] = round(us / floor_us, 4)
-            # < 1: faster than that step of eager / torch.compile (the per-channel targets).
-            for other in ("eager", "compile"):
-                if f"{other}_fwd_bwd" in times:
-                    row[f"vs_{other}"] = round(us / times[f"{other}_fwd_bwd"], 4)
+        for field, (reference, how) in ratios.get(variant.kind, {}).items():
+            ref_us = times.get(reference)
+            if ref_us is None:
+                row[field] = None
+                continue
+            if how == "bandwidth":
+                value = (variant.bytes / us) / (by_name[reference].bytes / ref_us)
+            else:
+                value = ref_us / us if how == "speedup" else us / ref_us
+            row[field] = round(value, 4)
         rows.append(row)
     return rows
 
 
-def host_rows(dtype: str, layout: str, log2n: int, threads: int | None, medians: dict) -> list[dict]:
-    """One row per variant of the per-call host timing, against the variants `add` and `eager`."""
-    return [
-        {
-            "kind": "host",
-            "variant": name,
-            "dtype": dtype,
-            "layout": layout,
-            "log2n": log2n,
-            "n": 1 << log2n,
-            "threads": threads,
-            "per_call_us": round(us, 3),
-            "vs_add": round(us / medians["add"], 4),
-            "vs_eager": round(us / medians["eager"], 4),
-        }
-        for name, us in medians.items()
-    ]
+def print_rows(rows, fields):
+    for row in rows:
+        ratios = " ".join("{:>9}".format("" if row.get(f) is None else f"{row[f]:.3f}x") for f in fields)
+        print(
+            f"{row['variant']:<20} {row['dtype']:<9} {row['layout']:<13} {row['threads'] or '-':>3} 2^{row['log2n']:<3}"
+            f" {row['median_us']:>11.2f} us {row['gbps']:>8.1f} GB/s {ratios}",
+            flush=True,
+        )
+
+
+def print_header(fields):
+    print(
+        f"{'variant':<20} {'dtype':<9} {'layout':<13} thr {'n':<4} {'median':>14} {'bandwidth':>13} "
+        + " ".join(f"{f:>9}" for f in fields)
+    )
 
 
 # ----------------------------------------------------------------------------------------------
-# The environment, recorded with the results
+# Targets: one row of data each, one evaluator
 
 
-def device_slug(device: torch.device) -> str:
-    """'h200' for 'NVIDIA H200', 'cpu' for the CPU: the name used in the result file names."""
-    if device.type == "cpu":
-        return "cpu"
-    name = torch.cuda.get_device_name(device).lower()
-    name = re.sub(r"\b(nvidia|geforce|tesla)\b", " ", name)
-    return re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "gpu"
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """`test` is "<field> <op> <bound>" over the rows of `variants` (space-separated) in `layouts`
+    from 2^min_log2 up (to 2^max_log2), "... if <field>" to judge only rows where that field is
+    true; `device` "cuda", "cpu" or "any"; CPU targets read only the all-threads rows."""
+
+    device: str
+    kind: str
+    variants: str
+    layouts: tuple
+    min_log2: int
+    test: str
+    max_log2: int = 99
+
+    @property
+    def text(self):
+        device = {"cuda": "GPU", "cpu": "CPU", "any": "any device"}[self.device]
+        sizes = f"n>=2^{self.min_log2}" if self.max_log2 >= 99 else f"n<=2^{self.max_log2}"
+        sizes = f"2^{self.min_log2}<={sizes}" if self.min_log2 and self.max_log2 < 99 else sizes
+        layouts = (
+            ",".join(self.layouts) if len(self.layouts) < 3 else f"{len(self.layouts)} layouts {self.layouts[0]}.."
+        )
+        return f"{device} {self.kind} {layouts} {sizes}, every dtype: {self.variants} {self.test}"
 
 
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
+OPS = {">=": float.__ge__, "<=": float.__le__, "<": float.__lt__}
 
 
-def git_commit(given: str | None) -> dict:
-    """HEAD and whether tracked files differ from it; None where this is no git checkout. A commit
-    given on the command line wins: a tree copied to the GPU machine has no .git."""
+def evaluate(targets, rows, device: str, all_threads: int | None) -> list[dict]:
+    """Each target of this device: PASS/MISS by its worst row, where that is, and (where it misses)
+    the smallest size from which it would hold; n/a without rows."""
+    results = []
+    for target in targets:
+        if target.device not in (device, "any"):
+            continue
+        field, op, bound, *condition = target.test.replace(" if ", " ").split()
+        bound = float(bound)
+        ok = lambda row: OPS[op](float(row[field]), bound)  # noqa: E731
+        chosen = [
+            row
+            for row in rows
+            if row["kind"] == target.kind
+            and row["variant"] in target.variants.split()
+            and row["layout"] in target.layouts
+            and row.get(field) is not None
+            and (device == "cuda" or row["threads"] == all_threads)
+            and (not condition or row.get(condition[0]) is not None)
+        ]
+        in_range = [row for row in chosen if target.min_log2 <= row["log2n"] <= target.max_log2]
+        judged = [row for row in in_range if not condition or row[condition[0]]]
+        result = {"target": target.text, "test": target.test, "layouts": list(target.layouts), "rows": len(judged)}
+        result |= {"worst": None, "at": None}
+        if not judged:
+            status = "PASS" if in_range else "n/a"  # a condition that never held: nothing to beat
+            results.append({**result, "status": status, "note": f"no row where {condition[0]}" if in_range else None})
+            continue
+        worst = (min if op == ">=" else max)(judged, key=lambda row: row[field])
+        failing = [row["log2n"] for row in chosen if (not condition or row[condition[0]]) and not ok(row)]
+        holds = [row["log2n"] for row in chosen if not failing or row["log2n"] > max(failing)]
+        result |= {"worst": worst[field], "at": f"{worst['dtype']} {worst['layout']} n=2^{worst['log2n']}"}
+        results.append(
+            {**result, "status": "PASS" if ok(worst) else "MISS", "holds_from_log2": min(holds, default=None)}
+        )
+    return results
+
+
+def print_summary(results):
+    print("\n== targets (worst case over the selected rows)")
+    for r in results:
+        if r["worst"] is None:
+            print(f"{r['status']:<5} {r['target']}: {r['note'] or 'no measured rows in range'}")
+            continue
+        line = f"{r['status']:<5} {r['target']}: worst {r['worst']:.3f}x at {r['at']} ({r['rows']} rows)"
+        if r["status"] == "MISS":
+            k = r["holds_from_log2"]
+            line += f"; holds from n=2^{k} up" if k is not None else "; holds at no measured size"
+        print(line)
+
+
+# ----------------------------------------------------------------------------------------------
+# The results file
+
+
+def git_commit(given: str | None) -> str | None:
+    """A commit given on the command line wins: a tree copied to the GPU machine has no .git."""
     if given:
-        return {"git_commit": given, "git_dirty": None}
-
-    def git(*cmd):
-        result = subprocess.run(["git", *cmd], cwd=REPO, capture_output=True, text=True, timeout=30)
-        return result.stdout.strip() if result.returncode == 0 else None
-
+        return given
     try:
-        commit = git("rev-parse", "HEAD")
-        status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        return {"git_commit": None, "git_dirty": None}
-    return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
+        return None
+    return result.stdout.strip() or None
+
+
+def device_name(device: torch.device) -> tuple[str, str]:
+    """('h200', 'NVIDIA H200'), ('cpu', the model name): the file-name slug and the full name."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"\b(nvidia|geforce|tesla)\b", " ", name.lower())).strip("-")
+        return slug or "gpu", name
+    cpuinfo = pathlib.Path("/proc/cpuinfo")
+    models = (
+        [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
+        if cpuinfo.exists()
+        else []
+    )
+    return "cpu", (models or [platform.processor() or "cpu"])[0]
 
 
 def load_average() -> float | None:
-    """1-minute load average: other work on the machine skews CPU timings and host overheads."""
     try:
         return round(os.getloadavg()[0], 2)
     except OSError:
         return None
 
 
-def metadata(args, device, library, timing) -> dict:
-    triton_version = None
-    if importlib.util.find_spec("triton") is not None:
+def metadata(benchmark: str, args, device, library, timing) -> dict:
+    try:
         import triton
 
         triton_version = triton.__version__
-    return {
+    except ImportError:
+        triton_version = None
+    slug, name = device_name(device)
+    meta = {
+        "benchmark": benchmark,
         "date": datetime.date.today().isoformat(),
-        "device": device_slug(device),
-        "device_name": device_name(device),
+        "device": slug,
+        "device_name": name,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "triton": triton_version,
         "python": platform.python_version(),
-        **git_commit(args.git_commit),
+        "git_commit": git_commit(args.git_commit),
         "library": str(library),
         "timing": timing,
         "all_threads": torch.get_num_threads() if device.type == "cpu" else None,
@@ -457,87 +546,63 @@ def metadata(args, device, library, timing) -> dict:
         "loadavg_start": load_average(),
         "argv": sys.argv[1:],
     }
+    print(f"{benchmark} on {name} ({slug}), torch {meta['torch']}, commit {meta['git_commit']}, timing: {timing}")
+    if meta["loadavg_start"] and meta["loadavg_start"] > 0.5 + 0.1 * (os.cpu_count() or 1):
+        print(f"bench: warning: load average {meta['loadavg_start']}: other work skews CPU and per-call host timings")
+    return meta
 
 
-def announce(op: str, meta: dict):
-    """The run's first lines: what is measured where, and a warning where the machine is busy."""
-    print(
-        f"{op} benchmark on {meta['device_name']} ({meta['device']}), torch {meta['torch']}, "
-        f"commit {meta['git_commit']}, timing: {meta['timing']}"
-    )
-    warn_if_busy(meta)
+def output_path(args, meta) -> pathlib.Path:
+    """bench/results/<date>-<device>-<benchmark>[-<commit>].json under --output-dir, or --output
+    (a .json path, or a directory to put that name in)."""
+    commit = (meta["git_commit"] or "")[:7]
+    name = f"{meta['date']}-{meta['device']}-{meta['benchmark']}" + (f"-{commit}" if commit else "") + ".json"
+    if args.output is None:
+        return args.output_dir / "bench" / "results" / name
+    return args.output / name if args.output.is_dir() or args.output.suffix != ".json" else args.output
 
 
-class ResultsFile:
-    """The results JSON: `meta` and the rows so far, with their summary. Rewritten after each
-    (dtype, layout), so a run cut by a time limit keeps what it measured ("complete": false, its
-    summary over those rows)."""
-
-    def __init__(self, path: pathlib.Path, meta: dict, started: float, to_json: Callable[[dict], str]):
-        self.path, self.meta, self.started, self.to_json = path, meta, started, to_json
-        path.parent.mkdir(parents=True, exist_ok=True)
-
-    def write(self, rows: list[dict], summary: list[dict], complete: bool):
-        self.meta["elapsed_s"] = round(time.perf_counter() - self.started, 1)
-        self.meta["loadavg_end"] = load_average()
-        results = {**self.meta, "complete": complete, "summary": summary, "rows": rows}
-        partial = self.path.with_name(self.path.name + ".partial")  # replaced in one step: never half written
-        partial.write_text(self.to_json(results))
-        partial.replace(self.path)
+def write_json(path: pathlib.Path, results: dict):
+    """Indented, one line per row (a re-run's diff stays row by row), replaced in one step."""
+    head = json.dumps({key: value for key, value in results.items() if key != "rows"}, indent=1)
+    rows = ",\n".join("  " + json.dumps(row) for row in results.get("rows", []))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(head[: -len("\n}")] + ',\n "rows": [\n' + rows + "\n ]\n}\n")
+    partial.replace(path)
 
 
-def run(
-    op: str,
-    argv,
-    parse_args: Callable,
-    pick_device: Callable,
-    sweep: Callable,
-    report,
-    png: str,
-    describe: Callable[[dict], dict] = lambda meta: meta,
-    more_rows: Callable | None = None,
-) -> int:
-    """A benchmark's main: parse_args(argv), the library, pick_device(args), then
-    sweep(args, device, timer_for, group_done) with the results file rewritten after each group,
-    more_rows(args, device) after the sweep where given, the summary, and the plot on --plot.
-
-    `report` is the benchmark's report module: output_path(args, meta), results_json(results),
-    evaluate_all(rows, device, all_threads), summarize(rows, device, all_threads), plot(json, png).
-    `describe` adds the benchmark's own fields to the metadata; `png` is the plot's file name under
-    docs/, with {device} for the device's name."""
+def run(benchmark: str, args, ops, measure_all, targets, png: str | None = None) -> int:
+    """A sweep's main: the library and device, measure_all(args, device, group_done) -> rows, the
+    JSON rewritten after each group ("complete": false until the end, so a run cut short keeps what
+    it measured), the targets' summary, and the plot on --plot (`png` under docs/, {device} in it)."""
     started = time.perf_counter()
-    args = parse_args(argv)
     library = load_library(args.library)
-    device = pick_device(args)
-    configure_dynamo()
+    device = pick_device(args, ops)
+    # Every dtype, layout and grad mode is a guard of its own; never fall back to eager silently.
+    torch._dynamo.config.recompile_limit = 64
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
     torch.manual_seed(0)
+    all_threads = torch.get_num_threads() if device.type == "cpu" else None
+    meta = metadata(benchmark, args, device, library, cpu_timing(args) if args.cpu else gpu_timer(args)[1])
+    path = output_path(args, meta)
 
-    timer_for, timing = timers(args, device)
-    all_threads = torch.get_num_threads()
-    meta = describe(metadata(args, device, library, timing))
-    announce(op, meta)
-    results = ResultsFile(report.output_path(args, meta), meta, started, report.results_json)
-    target_threads = all_threads if device.type == "cpu" else None
+    def write(rows, complete):
+        summary = evaluate(targets, rows, device.type, all_threads)
+        meta.update(elapsed_s=round(time.perf_counter() - started, 1), loadavg_end=load_average())
+        write_json(path, {**meta, "complete": complete, "summary": summary, "rows": rows})
+        return summary
 
-    def group_done(rows):
-        results.write(rows, report.evaluate_all(rows, device.type, target_threads), complete=False)
-
-    rows = sweep(args, device, timer_for, group_done)
-    torch.set_num_threads(all_threads)
-    if more_rows is not None:
-        rows = rows + more_rows(args, device)
-    summary = report.summarize(rows, device.type, target_threads)
-    results.write(rows, summary, complete=True)
-    print(f"\nwrote {results.path} ({meta['elapsed_s']} s)")
-    if args.plot:
-        report.plot(results.path, args.output_dir / "docs" / png.format(device=meta["device"]))
+    rows = measure_all(args, device, lambda rows: write(rows, False))
+    print_summary(write(rows, True))
+    print(f"\nwrote {path} ({meta['elapsed_s']} s)")
+    if args.plot and png:
+        try:
+            import plot_results
+        except ImportError as error:  # matplotlib is optional for the measurement itself
+            print(f"bench: no plot ({error})")
+        else:
+            print(
+                f"wrote {plot_results.plot_file([path], args.output_dir / 'docs' / png.format(device=meta['device']))}"
+            )
     return 0
-
-
-def warn_if_busy(meta):
-    load, cpus = meta["loadavg_start"], meta["cpu_count"] or 1
-    if load is not None and load > 0.5 + 0.1 * cpus:
-        print(
-            f"bench: warning: load average {load} on {meta['cpu_count']} CPUs before the start: other work "
-            "running now skews the CPU timings (multi-threaded ones most) and the per-call host times"
-        )

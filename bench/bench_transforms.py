@@ -1,34 +1,20 @@
-"""Per-call time of custom::weighted_sum under torch.func transforms and eager autograd, against
-the composite `w * x.square()` it replaces, on the CPU.
+#!/usr/bin/env python3
+"""Per-call CPU time of custom::weighted_sum under torch.func transforms and eager autograd, against
+the composite w * x.square(): per-sample gradients (vmap(grad(...)) of a shared weight, and of both
+arguments) and eager calls without grad, with grad, and forward plus autograd.grad, at [B, D]."""
 
-    python bench/bench_transforms.py --library install/lib/libcustom_ops.so [--label main] [--json]
-
-Rows (median of --repeats blocks, each the mean of its calls; ours and the composite in
-alternating blocks, the ratio the median of the blocks' ratios):
-- per_sample_grads: vmap(grad(loss), in_dims=(None, 0)) of loss(w, x) = f(x, w).sum() at B x D,
-  the gradient of a shared weight for every example (Opacus-style).
-- per_sample_grads_both: the same for both arguments, x and w batched.
-- forward_no_grad / forward_grad / forward_backward: eager calls at [B, D] with nothing
-  requiring grad, with inputs requiring grad (the graph is recorded), and forward plus
-  torch.autograd.grad.
-A transform the library does not support is reported as such (with its error), not timed.
-`--json` writes bench/results/<date>-cpu-transforms-<label>.json.
-"""
+from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import pathlib
-import platform
-import statistics
-import subprocess
-import time
+import sys
 
 import torch
 from torch.func import grad, vmap
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+import bench_harness as harness
+from bench_harness import Variant
 
 
 def composite(x, w):
@@ -39,160 +25,78 @@ def ours(x, w):
     return torch.ops.custom.weighted_sum(x, w)
 
 
-def calls_per_block(fn, min_block_seconds):
-    """How many calls of fn take at least min_block_seconds (after a warm-up call), so the
-    clock's resolution does not matter."""
-    fn()
-    calls = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        if time.perf_counter() - start >= min_block_seconds:
-            return calls
-        calls *= 2
-
-
-def block_seconds(fn, calls):
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - start) / calls
-
-
-def compare(ours_fn, composite_fn, repeats, min_block_seconds=0.02):
-    """(median seconds per call of ours, of the composite, median of their per-block ratios).
-    Blocks alternate between the two, so load from other processes on a shared machine falls on
-    both alike and the ratio stays steadier than either time."""
-    ours_calls = calls_per_block(ours_fn, min_block_seconds)
-    composite_calls = calls_per_block(composite_fn, min_block_seconds)
-    ours_times, composite_times = [], []
-    for _ in range(repeats):
-        ours_times.append(block_seconds(ours_fn, ours_calls))
-        composite_times.append(block_seconds(composite_fn, composite_calls))
-    ratios = [a / b for a, b in zip(ours_times, composite_times)]
-    return statistics.median(ours_times), statistics.median(composite_times), statistics.median(ratios)
-
-
 def workloads(batch, features):
-    torch.manual_seed(0)
-    x = torch.randn(batch, features)
-    w = torch.randn(features)
-    xg = x.clone().requires_grad_()
-    wg = w.clone().requires_grad_()
+    """{name: make(f)}, make giving the call of a workload through f (ours or the composite)."""
+    x, w, ws = torch.randn(batch, features), torch.randn(features), torch.randn(batch, features)
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
 
     def per_sample(f):
         g = vmap(grad(lambda w, x: f(x, w).sum()), in_dims=(None, 0))
         return lambda: g(w, x)
 
     def per_sample_both(f):
-        ws = torch.randn(batch, features)
         g = vmap(grad(lambda x, w: f(x, w).sum(), argnums=(0, 1)))
         return lambda: g(x, ws)
-
-    def forward_no_grad(f):
-        return lambda: f(x, w)
-
-    def forward_grad(f):
-        return lambda: f(xg, wg)
-
-    def forward_backward(f):
-        return lambda: torch.autograd.grad(f(xg, wg).sum(), (xg, wg))
 
     return {
         "per_sample_grads": per_sample,
         "per_sample_grads_both": per_sample_both,
-        "forward_no_grad": forward_no_grad,
-        "forward_grad": forward_grad,
-        "forward_backward": forward_backward,
+        "forward_no_grad": lambda f: lambda: f(x, w),
+        "forward_grad": lambda f: lambda: f(xg, wg),
+        "forward_backward": lambda f: lambda: torch.autograd.grad(f(xg, wg).sum(), (xg, wg)),
     }
 
 
-def git_commit():
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--library", default=os.environ.get("CUSTOM_OPS_LIBRARY", str(REPO / "build" / "libcustom_ops.so"))
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--library", type=pathlib.Path, help="libcustom_ops.so (default $CUSTOM_OPS_LIBRARY, build/)")
+    p.add_argument("--git-commit", "--commit", dest="git_commit", default=os.environ.get("CUSTOM_OPS_GIT_COMMIT"))
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--features", type=int, default=256)
+    p.add_argument("--rounds", type=int, default=21, help="rounds in which ours and the composite take turns")
+    p.add_argument("--min-run-time", type=float, default=0.42, help="seconds per variant and workload")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1: steadiest on a shared VM)")
+    p.add_argument("--output-dir", type=pathlib.Path, default=harness.REPO, help="root of bench/results/")
+    p.add_argument(
+        "--output", "--json", dest="output", type=pathlib.Path, help="the JSON's path, or a directory for it"
     )
-    parser.add_argument("--label", default="", help="names the library in the results (e.g. main, a branch)")
-    parser.add_argument(
-        "--commit", default=None, help="the commit the library was built from (default: this checkout's HEAD)"
-    )
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--features", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=21)
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1: steadiest on a shared VM)")
-    parser.add_argument(
-        "--json", nargs="?", const="", default=None, help="write results JSON (default path under bench/results)"
-    )
-    args = parser.parse_args()
+    args = p.parse_args(argv)
 
-    torch.ops.load_library(args.library)
+    library = harness.load_library(args.library)
     torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    meta = harness.metadata("transforms", args, torch.device("cpu"), library, harness.cpu_timing(args))
+    meta |= {"threads": args.threads, "batch": args.batch, "features": args.features}
+    timer = harness.cpu_timer(args, args.threads)
     rows = []
-    print(
-        f"torch {torch.__version__}, {args.threads} thread(s), B={args.batch}, D={args.features},",
-        f"library {args.library}",
-    )
     print(f"{'workload':24s} {'ours (us)':>12s} {'composite (us)':>15s} {'ours/composite':>15s}")
     for name, make in workloads(args.batch, args.features).items():
+        variants = [Variant("composite", make(composite), None, 0)]
         try:
-            ours_s, composite_s, ratio = compare(make(ours), make(composite), args.repeats)
+            variants.append(Variant("ours", make(ours), None, 0))
+            variants[-1].call()
             error = None
-        except Exception as exc:  # an unsupported transform: reported, not timed
-            ours_s, ratio, error = None, None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-            composite_s = compare(make(composite), make(composite), args.repeats)[0]
+        except Exception as exc:  # a transform the library does not support: reported, not timed
+            variants.pop()
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        if error is None:  # a fast wrong result is no result
+            torch.testing.assert_close(variants[1].call(), variants[0].call())
+        times = timer(variants)
+        ours_us, composite_us = times.get("ours"), times["composite"]
+        ratio = ours_us / composite_us if ours_us else None
         rows.append(
-            {
-                "workload": name,
-                "ours_us": ours_s and ours_s * 1e6,
-                "composite_us": composite_s * 1e6,
-                "ratio": ratio,
-                "error": error,
-            }
+            {"workload": name, "ours_us": ours_us, "composite_us": composite_us, "ratio": ratio, "error": error}
         )
-        ours_text = f"{ours_s * 1e6:12.1f}" if ours_s is not None else f"{'raises':>12s}"
-        ratio_text = f"{ratio:15.2f}" if ratio is not None else f"{'-':>15s}"
-        print(f"{name:24s} {ours_text} {composite_s * 1e6:15.1f} {ratio_text}" + (f"  ({error})" if error else ""))
-
-    if args.json is not None:
-        date = datetime.date.today().isoformat()
-        path = (
-            pathlib.Path(args.json)
-            if args.json
-            else REPO / "bench" / "results" / f"{date}-cpu-transforms-{args.label or 'run'}.json"
+        ours_text = f"{ours_us:12.1f}" if ours_us else f"{'raises':>12s}"
+        print(
+            f"{name:24s} {ours_text} {composite_us:15.1f} {ratio or float('nan'):15.2f}"
+            + (f"  ({error})" if error else "")
         )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            json.dumps(
-                {
-                    "benchmark": "bench_transforms.py",
-                    "date": date,
-                    "label": args.label,
-                    "commit": args.commit or git_commit(),
-                    "torch": torch.__version__,
-                    "machine": platform.machine(),
-                    "processor": platform.processor(),
-                    "threads": args.threads,
-                    "batch": args.batch,
-                    "features": args.features,
-                    "repeats": args.repeats,
-                    "rows": rows,
-                },
-                indent=2,
-            )
-            + "\n"
-        )
-        print(f"wrote {path}")
+    path = harness.output_path(args, meta)
+    harness.write_json(path, {**meta, "rows": rows})
+    print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

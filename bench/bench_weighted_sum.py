@@ -1,221 +1,227 @@
 #!/usr/bin/env python3
-"""Bandwidth benchmark of torch.ops.custom.weighted_sum (y = w * x**2) against PyTorch's ceilings.
-
-One process measures, side by side, on the GPU (or with --cpu on the CPU):
-
-  copy            y.copy_(x)                   2-stream memory ceiling
-  add_out         torch.add(x, w, out=y)       3-stream ceiling: what our op should match
-  add             torch.add(x, w)              the same allocating its result, as `ours` does
-  eager           w * x.pow(2)                 the eager composite
-  compile         torch.compile(w * x * x)     what Inductor makes of the composite
-  ours            torch.ops.custom.weighted_sum(x, w)
-  ours_out        torch.ops.custom.weighted_sum.out(x, w, out=y)
-  *_fwd_bwd       forward + backward of ours / eager / compile, against the 8-stream floor
-                  (read x, w; write y; read g, x, w; write gx, gw) at the measured copy bandwidth
-  *_fwd_bwd_graph GPU: the same step of ours / eager captured in a CUDA graph and replayed, so
-                  the kernels' time without Python, dispatcher and autograd-engine overhead
-  add_fwd_bwd     the same step through torch.add: one forward kernel and a backward that launches
-                  none (AddBackward passes the grad on), so where it exceeds its 3-stream kernel
-                  time it is the host's own cost of a forward + autograd.grad step: a host floor
-
-over sizes 2^min-log2 .. 2^max-log2, dtypes float32/bfloat16/float16 and three layouts
-(contiguous, weight [C] broadcast over [N, C], transposed input), plus the per-call Python time of
-small calls. Every variant is checked against a float64 reference before it is timed. Results go
-to a printed table and to bench/results/<date>-<device>.json, rewritten after each dtype and layout
-with "complete": false until the run ends, so a run cut short keeps what it measured; see
-bench/README.md.
-
-The code is in four files: this one (command line and the sweep), bench_harness.py (checks,
-timers, result rows, environment, and the options and main run every benchmark shares),
-weighted_sum_variants.py (cases, inputs, what is timed) and weighted_sum_report.py (tables,
-targets, the JSON file, the plot).
-"""
+"""Bandwidth of torch.ops.custom.weighted_sum (y = w * x**2) against PyTorch's ceilings, forward
+and forward+backward, on the GPU or --cpu, with the per-call host time of small calls; bench/README.md
+lists the variants and targets."""
 
 from __future__ import annotations
 
-import argparse
-import gc
-import os
-import pathlib
-import statistics
+import math
 import sys
-from collections.abc import Sequence
 
 import torch
 
 import bench_harness as harness
-import weighted_sum_report as report
-from weighted_sum_variants import (
-    DTYPES,
-    FWD_BWD_VARIANTS,
-    LAYOUTS,
-    PER_CHANNEL_LAYOUTS,
-    Case,
-    Compiler,
-    forward_variants,
-    fwd_bwd_variants,
-    host_variants,
-    make_inputs,
-    per_channel_shapes,
-)
+from bench_harness import Summed, Target, Variant, nbytes
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 OP = "custom::weighted_sum"
-PNG = "bandwidth-{device}.png"  # the plot, under --output-dir's docs/
+LAYOUTS = ("contiguous", "broadcast", "transposed")
+# Per-channel weights (issue 15), forward+backward always, at C channels: row_cC x [n/C, C], w [C];
+# column_cC x [n/C, C], w [n/C, 1]; nchw_cC x [N, C, H, W], w [C, 1, 1], H * W = min(256, n / 2C).
+PER_CHANNEL = tuple(f"{kind}_c{c}" for kind in ("row", "column", "nchw") for c in (1024, 4096, 16384))
+FWD_BWD = (
+    "ours_fwd_bwd",
+    "eager_fwd_bwd",
+    "compile_fwd_bwd",
+    "ours_fwd_bwd_graph",
+    "eager_fwd_bwd_graph",
+    "add_fwd_bwd",
+)
+RATIOS = {
+    "forward": {"vs_add": ("add_out", "speedup")},  # above 1: faster than torch.add(out=)
+    "fwd_bwd": {"vs_eager": ("eager_fwd_bwd", "time"), "vs_compile": ("compile_fwd_bwd", "time")},
+}
+TARGETS = [
+    Target("cuda", "forward", "ours ours_out", ("contiguous",), 24, "vs_add >= 0.97"),
+    Target("cuda", "forward", "ours ours_out", ("broadcast",), 24, "vs_add >= 0.9"),
+    Target("cuda", "forward", "ours ours_out", ("transposed",), 24, "vs_add >= 0.9"),
+    Target("cuda", "fwd_bwd", "ours_fwd_bwd", ("contiguous",), 24, "vs_floor <= 1.1"),
+    # Not targets but their explanation: the kernels alone, and a step with one 3-stream kernel.
+    Target("cuda", "fwd_bwd", "ours_fwd_bwd_graph", ("contiguous",), 24, "vs_floor <= 1.1"),
+    Target("cuda", "fwd_bwd", "add_fwd_bwd", ("contiguous",), 24, "vs_floor <= 1.1"),
+    Target("cuda", "fwd_bwd", "ours_fwd_bwd ours_fwd_bwd_graph", PER_CHANNEL, 26, "vs_floor <= 1.15"),
+    Target("cuda", "fwd_bwd", "ours_fwd_bwd", PER_CHANNEL, 26, "vs_compile < 1"),
+    Target("cpu", "forward", "ours ours_out", LAYOUTS, 20, "vs_add >= 0.9"),
+    Target("cpu", "fwd_bwd", "ours_fwd_bwd", PER_CHANNEL, 20, "vs_eager <= 0.6667"),  # 1.5x faster
+    Target("cpu", "fwd_bwd", "ours_fwd_bwd", PER_CHANNEL, 20, "vs_compile <= 1"),
+    Target("any", "host", "ours", ("contiguous",), 0, "vs_add <= 1.5", max_log2=14),
+    Target("any", "host", "ours", ("contiguous",), 0, "vs_eager < 1", max_log2=14),
+]
 
 
-# ----------------------------------------------------------------------------------------------
-# Command line
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cpu", action="store_true", help="benchmark the CPU instead of the GPU")
-    parser.add_argument("--min-log2", type=int, default=10, help="smallest size, as log2 of the element count")
-    parser.add_argument(
-        "--max-log2", type=int, default=None, help="largest size, log2 of the element count (default: 28 GPU, 22 CPU)"
-    )
-    parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated subset of %(default)s")
-    parser.add_argument(
-        "--layouts",
-        default=",".join(LAYOUTS),
-        help="comma-separated subset of %(default)s and the per-channel layouts "
-        f"{','.join(PER_CHANNEL_LAYOUTS)} ('per-channel': all of these)",
-    )
-    parser.add_argument(
-        "--threads", default="all,1", help="CPU only: comma-separated thread counts, 'all' = torch's default"
-    )
-    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
-    parser.add_argument("--no-fwd-bwd", action="store_true", help="skip forward+backward")
-    parser.add_argument(
-        "--fwd-bwd-layouts",
-        default="contiguous,broadcast",
-        help="layouts that also get forward+backward, comma-separated (default %(default)s)",
-    )
-    parser.add_argument(
-        "--compile-static-from",
-        type=int,
-        default=None,
-        help="torch.compile a static graph per size from 2^N up, one dynamic=True graph per dtype/layout "
-        "below (default: 20 on the GPU; on the CPU dynamic everywhere, as each C++ compile takes seconds)",
-    )
-    harness.add_timing_arguments(parser)
-    parser.add_argument("--host-max-log2", type=int, default=14, help="largest size of the per-call host timing")
-    parser.add_argument("--library", type=pathlib.Path, default=None, help="libcustom_ops.so to load")
-    parser.add_argument(
-        "--git-commit",
-        default=os.environ.get("CUSTOM_OPS_GIT_COMMIT"),
-        help="commit to record where the checkout has no .git, as on a copied tree (default $CUSTOM_OPS_GIT_COMMIT)",
-    )
-    parser.add_argument(
-        "--output-dir",
-        type=pathlib.Path,
-        default=REPO,
-        help="where bench/results/<date>-<device>.json and docs/bandwidth-<device>.png go (default: this checkout)",
-    )
-    parser.add_argument("--output", type=pathlib.Path, default=None, help="JSON path, overriding --output-dir")
-    parser.add_argument("--plot", action="store_true", help="draw docs/bandwidth-<device>.png when matplotlib exists")
-    args = parser.parse_args(argv)
-
-    if args.max_log2 is None:
-        args.max_log2 = 22 if args.cpu else 28
-    if args.compile_static_from is None:
-        args.compile_static_from = args.max_log2 + 1 if args.cpu else 20  # CPU: never static
-    harness.check_arguments(parser, args, DTYPES)
-    args.layouts = harness.subset(
-        parser,
-        "--layouts",
-        args.layouts.replace("per-channel", ",".join(PER_CHANNEL_LAYOUTS)),
-        LAYOUTS + PER_CHANNEL_LAYOUTS,
-    )
-    args.fwd_bwd_layouts = harness.subset(parser, "--fwd-bwd-layouts", args.fwd_bwd_layouts, LAYOUTS)
-    args.threads = harness.thread_counts(parser, args.threads) if args.cpu else [None]
+def parse_args(argv=None):
+    p = harness.parser(__doc__, {"cuda": (10, 28), "cpu": (10, 22)}, LAYOUTS, PER_CHANNEL, threads="all,1")
+    p.add_argument("--no-fwd-bwd", action="store_true", help="skip forward+backward")
+    p.add_argument("--fwd-bwd-layouts", default="contiguous,broadcast", help="layouts with forward+backward too")
+    p.add_argument("--host-max-log2", type=int, default=14, help="largest size of the per-call host timing")
+    args = harness.parse(p, argv, compile_static_from=20, aliases={"per-channel": PER_CHANNEL})
+    args.fwd_bwd_layouts = harness.subset(p, "--fwd-bwd-layouts", args.fwd_bwd_layouts, LAYOUTS) + list(PER_CHANNEL)
     return args
 
 
-# ----------------------------------------------------------------------------------------------
-# The device
+def shapes(layout: str, log2n: int):
+    """(x shape, w shape); [N, C] has N = 2C or 4C, never square (dynamo's duck sizing would give
+    N == C one symbol). None where a per-channel layout has n < 2C (a size-1 dimension)."""
+    n = 1 << log2n
+    c = 1 << ((log2n - 1) // 2)
+    if layout == "contiguous":
+        return (n,), (n,)
+    if layout in ("broadcast", "transposed"):
+        return (n // c, c), ((c,) if layout == "broadcast" else (n // c, c))
+    kind, channels = layout.split("_c")
+    c = int(channels)
+    if n < 2 * c:
+        return None
+    if kind != "nchw":
+        return (n // c, c), ((c,) if kind == "row" else (n // c, 1))
+    plane = min(256, n // (2 * c))
+    width = 1 << ((plane.bit_length() - 1) // 2)
+    return (n // (c * plane), c, plane // width, width), (c, 1, 1)
 
 
-def pick_device(args) -> torch.device:
-    return harness.pick_device(args, [OP], "--cpu", no_kernel="no CUDA kernels")
+def make_inputs(case, device):
+    """randn x and w (zeros would hide wrong arithmetic), y; transposed: x = randn(C, N).t()."""
+    make = {"dtype": harness.DTYPES[case.dtype], "device": device}
+    x_shape, w_shape = shapes(case.layout, case.log2n)
+    x = torch.randn(x_shape[::-1], **make).t() if case.layout == "transposed" else torch.randn(x_shape, **make)
+    return x, torch.randn(w_shape, **make), torch.empty(x_shape, **make)
 
 
-# ----------------------------------------------------------------------------------------------
-# Sweep
+def eager(x, w):
+    return w * x.pow(2)
 
 
-def measure_case(case: Case, device, timer, compiled, with_fwd_bwd: bool) -> list[dict]:
-    x, w, y = make_inputs(case, device)
-    variants = forward_variants(x, w, y, compiled)
-    if with_fwd_bwd:
-        variants += fwd_bwd_variants(x, w, compiled)
-    for variant in variants:  # every check before any timing
-        harness.check(variant, report.LABELS[variant.name], case, DTYPES[case.dtype], y)
-    return harness.timed_rows(case, x.shape, variants, timer(variants), FWD_BWD_VARIANTS)
+def composite(x, w):  # x * x: the form Inductor is sure to fuse into one pointwise kernel
+    return w * x * x
 
 
-def sweep(args, device, timer_for, group_done=None) -> list[dict]:
-    """Every case's rows; group_done(rows so far), where given, after each (dtype, layout)."""
+def forward_variants(x, w, y, compiled):
+    def product():
+        return (w.double() * x.double() ** 2,)
+
+    def ours_out():
+        torch.ops.custom.weighted_sum.out(x, w, out=y)
+        return y
+
+    io = nbytes(x, w, y)
+    found = [
+        Variant("copy", lambda: y.copy_(x), lambda: (x.double(),), nbytes(x, y)),
+        Variant("add_out", lambda: torch.add(x, w, out=y), lambda: (x.double() + w.double(),), io),
+        # Allocates its output as `ours` does: on the CPU, first touches of fresh pages can cost more.
+        Variant("add", lambda: torch.add(x, w), lambda: (x.double() + w.double(),), io),
+        Variant("eager", lambda: eager(x, w), product, io),
+        Variant("ours", lambda: torch.ops.custom.weighted_sum(x, w), product, io),
+        Variant("ours_out", ours_out, product, io),
+    ]
+    if compiled is not None:
+        found.insert(4, Variant("compile", lambda: compiled(x, w), product, io))
+    return found
+
+
+def summed_to(terms, shape):
+    """A broadcast weight's gradient; where that sums terms, a Summed bounds its error by them."""
+    return (
+        terms if terms.shape == torch.Size(shape) else Summed(terms.sum_to_size(shape), terms.abs().sum_to_size(shape))
+    )
+
+
+def fwd_bwd_variants(x, w, compiled):
+    """(y, grad_x, grad_w) through autograd for one upstream g, against the 8-stream floor: read x,
+    w; write y; read g, x, w; write grad_x, grad_w (a broadcast w and its grad at their own size)."""
+    xg, wg, g = x.detach().requires_grad_(), w.detach().requires_grad_(), torch.randn_like(x)
+    x64, w64, g64 = x.double(), w.double(), g.double()
+    floor_bytes = 2 * nbytes(x, w) + nbytes(x, x, x, w)
+
+    def step(forward):
+        def run():
+            y = forward(xg, wg)
+            return (y, *torch.autograd.grad(y, (xg, wg), g))
+
+        return run
+
+    def expected():
+        return (w64 * x64**2, 2 * w64 * x64 * g64, summed_to(x64**2 * g64, w.shape))
+
+    forwards = {"ours_fwd_bwd": torch.ops.custom.weighted_sum, "eager_fwd_bwd": eager, "compile_fwd_bwd": compiled}
+    found = [Variant(name, step(f), expected, floor_bytes, "fwd_bwd") for name, f in forwards.items() if f is not None]
+    if x.is_cuda:  # the kernels' time alone, without the host's per-step cost
+        found += [
+            Variant(f"{name}_graph", graphed(step(forwards[name])), expected, floor_bytes, "fwd_bwd")
+            for name in ("ours_fwd_bwd", "eager_fwd_bwd")
+        ]
+    # One forward kernel and a backward that launches none: beyond its kernel, the host's own cost.
+    add_expected = lambda: (x64 + w64, g64, summed_to(g64, w.shape))  # noqa: E731
+    return [*found, Variant("add_fwd_bwd", step(torch.add), add_expected, floor_bytes, "fwd_bwd")]
+
+
+def graphed(step):
+    """`step` captured in a CUDA graph; each call replays it and returns the same outputs."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # capture wants a warm-up off the default stream
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = step()
+    for output in outputs:  # capture computes nothing: the check must see what a replay wrote
+        output.detach().fill_(math.nan)
+    return lambda: (graph.replay(), outputs)[1]
+
+
+def measure_all(args, device, group_done):
+    compilers = {}
+
+    def measure(case, timer):
+        key = (case.threads, case.dtype, case.layout)
+        compiled = compilers.setdefault(key, harness.Compiler(args, composite)).for_size(case.log2n)
+        x, w, y = make_inputs(case, device)
+        variants = forward_variants(x, w, y, compiled)
+        if case.layout in args.fwd_bwd_layouts and not args.no_fwd_bwd:
+            variants += fwd_bwd_variants(x, w, compiled)
+        for variant in variants:  # every check before any timing
+            harness.check(variant, case, harness.DTYPES[case.dtype], y)
+        rows = harness.rows_of(case, x.shape, variants, timer(variants), RATIOS)
+        harness.print_rows(rows, ["vs_add", "vs_floor"])
+        return rows
+
+    harness.print_header(["vs_add", "vs_floor"])
+    rows = harness.sweep(args, device, measure, group_done, lambda layout, k: shapes(layout, k) is not None)
+    return rows + host_rows(args, device)
+
+
+def host_rows(args, device):
+    """Per-call wall time of small float32 calls: ours vs torch.add(x, w) vs eager w * x.pow(2)."""
     rows = []
-    for threads, timer in harness.thread_settings(args, timer_for):
-        for dtype in args.dtypes:
-            for layout in args.layouts:
-                # Largest first: the dynamic graph is then tuned on the largest size it serves.
-                compiler = Compiler(args)
-                report.print_header(threads, dtype, layout)
-                for log2n in range(args.max_log2, args.min_log2 - 1, -1):
-                    if layout in PER_CHANNEL_LAYOUTS and per_channel_shapes(layout, log2n) is None:
-                        continue
-                    case = Case(layout, dtype, log2n, threads)
-                    with_fwd_bwd = (
-                        layout in args.fwd_bwd_layouts or layout in PER_CHANNEL_LAYOUTS
-                    ) and not args.no_fwd_bwd
-                    case_rows = measure_case(case, device, timer, compiler.for_size(log2n), with_fwd_bwd)
-                    report.print_rows(case_rows)
-                    rows += case_rows
-                if group_done is not None:
-                    group_done(rows)
-    return rows
-
-
-def host_overhead(args, device) -> list[dict]:
-    """Per-call wall time of small float32 calls: ours vs torch.add(x, w) vs eager w*x.pow(2).
-    Batches of the three variants alternate, so drift of the machine hits all of them alike."""
-    rows = []
-    calls, batches = 1000, 7
+    print("\n== per-call Python wall time, float32 contiguous")
+    print(f"{'variant':<8} {'n':>5} {'us/call':>9} {'vs add':>8} {'vs eager':>8}")
     for log2n in range(args.min_log2, min(args.host_max_log2, args.max_log2) + 1):
-        x = torch.randn(1 << log2n, device=device)
-        w = torch.randn(1 << log2n, device=device)
-        fns = host_variants(x, w)
-        samples = {name: [] for name in fns}
-        gc.disable()
-        try:
-            for fn in fns.values():
-                harness.host_time_us(fn, device, calls)  # warm-up
-            for _ in range(batches):
-                for name, fn in fns.items():
-                    samples[name].append(harness.host_time_us(fn, device, calls))
-        finally:
-            gc.enable()
-        medians = {name: statistics.median(values) for name, values in samples.items()}
-        threads = torch.get_num_threads() if device.type == "cpu" else None
-        rows += harness.host_rows("float32", "contiguous", log2n, threads, medians)
-    return rows
-
-
-# ----------------------------------------------------------------------------------------------
-# Main
-
-
-def printed_host_overhead(args, device) -> list[dict]:
-    rows = host_overhead(args, device)
-    report.print_host_rows(rows)
+        x, w = torch.randn(1 << log2n, device=device), torch.randn(1 << log2n, device=device)
+        fns = {
+            "ours": lambda: torch.ops.custom.weighted_sum(x, w),
+            "add": lambda: torch.add(x, w),
+            "eager": lambda: w * x.pow(2),
+        }
+        times = harness.host_times(fns, device)
+        for name, us in times.items():
+            row = {
+                "kind": "host",
+                "variant": name,
+                "dtype": "float32",
+                "layout": "contiguous",
+                "log2n": log2n,
+                "n": 1 << log2n,
+            }
+            row |= {"threads": torch.get_num_threads() if args.cpu else None, "per_call_us": round(us, 3)}
+            row |= {"vs_add": round(us / times["add"], 4), "vs_eager": round(us / times["eager"], 4)}
+            print(f"{name:<8} 2^{log2n:<3} {us:>9.2f} {row['vs_add']:>7.3f}x {row['vs_eager']:>7.3f}x")
+            rows.append(row)
     return rows
 
 
 def main(argv=None) -> int:
-    return harness.run(OP, argv, parse_args, pick_device, sweep, report, PNG, more_rows=printed_host_overhead)
+    args = parse_args(argv)
+    return harness.run("weighted_sum", args, [OP], measure_all, TARGETS, png="bandwidth-{device}.png")
 
 
 if __name__ == "__main__":

@@ -1,26 +1,9 @@
 #!/usr/bin/env python3
-"""Draws achieved GB/s against size from bench_weighted_sum.py results JSONs.
+"""Draws bench results as GB/s against size: bench_weighted_sum.py's (one or several files, merged;
+per-channel rows as time over the floor; --fusion adds bench_fusion.py's ratios) or
+bench_weighted_square_sum.py's (by its "benchmark"), with the floors and the targets' bounds.
 
-One column per dtype; one row per forward layout (contiguous first), and a row for each
-forward+backward layout, where the copy_ line is the bandwidth of the 8-stream floor. CPU results
-are drawn at the default (all) thread count. Where GPU results have per-channel forward+backward
-rows (`--layouts per-channel`), two more rows from 2^24 up, in time over the 5-stream floor (log, the
-issue's 1.15x target dashed): ours, torch.compile, eager and ours replayed from a CUDA graph on
-row, column and NCHW weights at C = 4096; then ours alone at every measured C. With --fusion, a
-last row of bench_fusion.py's ratios (the model with our op, and with our op opaque to Inductor,
-over the composite model; its 1.05 target dashed). Usage:
-
-    python bench/plot_results.py bench/results/2026-01-01-h200.json [-o docs/bandwidth-h200.png]
-    python bench/plot_results.py MAIN.json PER_CHANNEL.json --fusion FUSION.json -o docs/bandwidth-h200.png
-
-Several results files are drawn as one: their rows are merged (a row measured in two files, the
-later file's), the title names each file's commit and date.
-
-bench_weighted_square_sum.py's results (their "benchmark" is "weighted_square_sum") get a figure of
-their own, docs/bandwidth-square-sum-<device>.png by default: one column per dtype, one row per
-layout, bytes moved per second against size for ours, eager, the two-step and compiled composites
-and torch.sum(x), with the floor (ours' bytes at copy_'s bandwidth) dotted and, on the GPU, the
-target's bound (the floor's GB/s / 1.05, / 1.15 for columns) dashed.
+    python bench/plot_results.py bench/results/A.json [B.json] [--fusion F.json] [-o docs/X.png]
 """
 
 from __future__ import annotations
@@ -74,7 +57,7 @@ COLORS = {
 
 DTYPES = ("float32", "bfloat16", "float16")
 # Per-channel panels: the layout families and the C of the contenders' panel, the bound of the
-# issue's target (weighted_sum_report.py: ours <= 1.15x the 5-stream floor, n >= 2^26), and the
+# issue's target (bench_weighted_sum.TARGETS: ours <= 1.15x the 5-stream floor, n >= 2^26), and the
 # sizes drawn: from 2^24, as below that a step is host-bound at up to ~50x the floor, which would
 # squeeze 1.0 and 1.15 together on the scale.
 PER_CHANNEL_FAMILIES = ("row", "column", "nchw")
@@ -259,7 +242,7 @@ def plot(results: dict, path: pathlib.Path, fusion: dict | None = None) -> pathl
 
 
 # bench_weighted_square_sum.py: its layouts, variants and the GPU targets' bounds on the floor
-# (weighted_square_sum_report.targets).
+# (bench_weighted_square_sum.TARGETS).
 SQUARE_SUM_LAYOUTS = {
     "full": "x, w [n], sum of all",
     "rows_c1024": "x, w [n/1024, 1024], dim -1",

@@ -1,15 +1,6 @@
-// Per-call C++ time of custom::weighted_sum against ATen's own calls at small sizes, where the
-// cost is the dispatcher and the launch rather than memory traffic:
-//
-//   weighted_sum      custom::weighted_sum(x, w)
-//   weighted_sum_out  custom::weighted_sum_out(y, x, w)
-//   add               at::add(x, w)                  one ATen kernel: the floor we aim at
-//   add_out           at::add_out(y, x, w)
-//   mul_square        at::mul(w, x * x)              the composite: two kernels, one temporary
-//
-// on the CPU and, when libtorch and the library have CUDA and a GPU is visible, on the GPU. Each
-// benchmark iteration is one call; calls run in batches that end with a device synchronize, so a
-// GPU's queued work is paid for inside the measured time (wall-clock time, UseRealTime).
+// Per-call C++ time of custom::weighted_sum(_out) against at::add(_out) and at::mul(w, x * x) at
+// small sizes, where the dispatcher and the launch cost more than memory traffic; CPU, and the GPU
+// where there is one. Batches end with a synchronize inside the timed region (wall time).
 #include <benchmark/benchmark.h>
 
 #include <ATen/ATen.h>

@@ -127,16 +127,16 @@ bool runs_across(int64_t inner, int64_t outer, int64_t width) {
 }
 
 // The forward for iterators with such an input. Row by row, each of its elements would sit on
-// another cache line and, past a few columns, another page (ATen's loop runs at a fifth of its
-// contiguous speed there). Here the output is done in tiles: an across input's tile is first
+// another cache line and, past a few columns, another page (ATen's loop runs far below its
+// contiguous speed there, docs/benchmarks.md). Here the output is done in tiles: an across input's tile is first
 // copied into a buffer down its columns (reading memory in order), transposed, and the tile's
 // rows then run the contiguous vector loop.
 template <typename scalar_t>
 void forward_tiled_rows(char** base, const int64_t* strides, int64_t size0, int64_t size1) {
   enum { kOut, kInput, kWeight, kOperands };
   constexpr int64_t width = sizeof(scalar_t);
-  // A tile's buffer fills 16 KiB, half an L1 data cache: 64 x 64 floats, 128 x 64 halves. (Measured
-  // on the 2-core VM: larger tiles that spill L1 ran 2x slower in float32; 32 x 32 ran 10% slower.)
+  // A tile's buffer fills 16 KiB, half an L1 data cache: 64 x 64 floats, 128 x 64 halves; larger
+  // tiles spill L1, smaller ones pay more per tile (docs/benchmarks.md).
   constexpr int64_t kTileCols = 64;  // columns
   constexpr int64_t kTileRows = int64_t{16} * 1024 / (kTileCols * width);
   using V = Vec<scalar_t>;
@@ -249,7 +249,7 @@ void backward_weight_loop(at::TensorIteratorBase& iter) {
 }
 
 // Both gradients from one read of grad, input and weight. ATen has no vectorized loop with two
-// outputs (cpu_kernel_multiple_outputs is scalar, and 10x off the bandwidth in half precision),
+// outputs (cpu_kernel_multiple_outputs is scalar, far off the bandwidth in half precision),
 // so this is the 2-D TensorIterator loop with a Vectorized path for contiguous rows; with
 // `kStream`, rows whose two outputs reach vector alignment together end in streaming stores.
 template <typename scalar_t, bool kStream>

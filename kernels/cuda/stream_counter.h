@@ -1,7 +1,7 @@
 // A device counter per CUDA stream, for kernels whose blocks count themselves to find the last
 // one (weighted_square_sum's totals). Such a counter must read zero at launch; one of its own per
-// call costs a memset on the stream before each launch (~2 us on an H200, 5% of a 2^26-element
-// bfloat16 total). A stream's counter needs none: kernels on one stream run one after another,
+// call costs a memset on the stream before each launch, a visible share of a large total
+// (docs/benchmarks.md). A stream's counter needs none: kernels on one stream run one after another,
 // and each leaves the counter at zero again (its last block resets it).
 #pragma once
 

@@ -39,8 +39,7 @@ inline constexpr int64_t kMaxSerial = 1024;
 inline constexpr int64_t kSegmentGranule = 256;
 // Rows: enough warps that the loads in flight cover HBM latency (H100/H200: 132 SMs); with fewer
 // rows, rows are cut towards kTargetWarps segments of at least kMinSegment and at most
-// kMaxSegment elements. Measured on an H200 (full reductions, 2^26..2^28 elements): segments of
-// 32768 ran 4-10% slower in float32 than segments of 8192..16384; bfloat16 alike within 1-2%.
+// kMaxSegment elements: longer segments leave too few warps streaming (docs/benchmarks.md).
 inline constexpr int64_t kEnoughWarps = 4096;
 inline constexpr int64_t kTargetWarps = 4096;
 inline constexpr int64_t kMinSegment = 2048;
@@ -54,13 +53,11 @@ inline constexpr int64_t kTotalWarps = 16384;
 // element-wise loads' registers spill).
 inline constexpr int kWeightRegisterGroups = 4;
 // Such a total (any alignment: the cut must not depend on it) takes runs for about this many
-// warps, each of which loads its weight groups once a run. Measured on an H200 (w [1024] over
-// [R, 1024], bfloat16, L2 clean, 2^26 / 2^27 / 2^28): 4096 warps 1.15 / 1.07 / 1.00x the floor,
-// 8192 1.19 / 1.08 / 1.00x, kTotalWarps 1.27 / 1.11 / 1.00x.
+// warps, each of which loads its weight groups once a run: fewer, longer runs amortize those
+// loads (docs/benchmarks.md).
 inline constexpr int64_t kSharedWeightTotalWarps = 4096;
 // Tiles: the same for blocks. Chunks of at least kMinChunkRows rows keep the partials' traffic
-// under 1% of the operands' and each block's loop long enough to stream (shorter chunks measured
-// up to 15% slower for bfloat16 on an H200).
+// under 1% of the operands' and each block's loop long enough to stream (docs/benchmarks.md).
 inline constexpr int64_t kEnoughBlocks = 512;
 inline constexpr int64_t kTargetBlocks = 1024;
 inline constexpr int64_t kMinChunkRows = 512;
