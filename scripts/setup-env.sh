@@ -20,7 +20,8 @@ for_tests=false
 wanted=${TORCH:-}
 install_test_tools=${INSTALL_TEST_TOOLS:-yes}
 say() { echo "setup-env: $*" >&2; }
-requirement() { "$1" scripts/packaging/torch_requirement.py "${@:2}"; }
+# -W ignore: torch without numpy warns on import; that is for make test to add, not to print here.
+requirement() { "$1" -W ignore scripts/packaging/torch_requirement.py "${@:2}"; }
 
 # System tools (not Python packages): named with the command that installs them. Root on Debian
 # (CI, a fresh machine) gets them installed; anyone else gets the command.
@@ -56,7 +57,7 @@ command -v python3 >/dev/null || { say "no python3 on PATH: install Python 3.10 
 check=(check ${wanted:+--release "$wanted"})
 if why=$(requirement python3 "${check[@]}" 2>&1); then
   python=$(command -v python3)
-  say "using $python with torch $("$python" -c 'import torch; print(torch.__version__)')"
+  say "using $python with torch $("$python" -W ignore -c 'import torch; print(torch.__version__)')"
 else
   venv=.venv${wanted:+-torch-$wanted}
   say "not using $(command -v python3): it ${why##*$'\n'}; using $venv"
