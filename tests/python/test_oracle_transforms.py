@@ -229,6 +229,69 @@ def test_vmap_of_scalar_overload_without_the_per_example_fallback(device):
 
 
 # ---------------------------------------------------------------------------------------------
+# Second order (issue 31): grad of grad, jvp of grad and hessian of every functional overload with
+# a tensor weight, for every pair of float dtypes, against the same transform of the float64
+# composite, within TRANSFORM_SLACK + (terms) roundings of the result dtype or of the derivative's
+# own, whichever is coarser: float64 where either operand is (float32 input, float64 weight: the
+# weight's derivatives), the precision that every formula computing in the promoted dtype keeps.
+# ---------------------------------------------------------------------------------------------
+
+SECOND_ORDER = ("grad of grad", "jvp of grad", "hessian")
+SECOND_ORDER_OVERLOADS = [
+    name for name, (op, o) in oracle.OVERLOADS.items() if o.kind == oracle.FUNCTIONAL and op.weight_kind == "tensor"
+]
+# Their arguments other than input and weight: a reduction's grad is broadcast back over dim 0.
+OTHER_ARGS = {"weighted_square_sum": {"dim": [0], "keepdim": False, "dtype": None}}
+X_SHAPE, W_SHAPE = (3, 4), (4,)  # a broadcast weight: its gradients are sums of 3 terms
+
+
+def _second_order(transform, f, x, w, cotangent, tangents):
+    """The second derivatives of (f(x, w) * cotangent).sum() that `transform` gives, as a tuple."""
+    loss = lambda x, w: (f(x, w) * cotangent).sum()
+    first = torch.func.grad(loss, argnums=(0, 1))
+    if transform == "grad of grad":
+        return torch.func.grad(lambda x, w: sum((g * t).sum() for g, t in zip(first(x, w), tangents)), (0, 1))(x, w)
+    if transform == "jvp of grad":
+        return torch.func.jvp(first, (x, w), tangents)[1]
+    return tuple(h for row in torch.func.hessian(loss, argnums=(0, 1))(x, w) for h in row)
+
+
+@pytest.mark.parametrize("transform", SECOND_ORDER)
+@pytest.mark.parametrize("w_dtype", oracle.FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("x_dtype", oracle.FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("overload_name", SECOND_ORDER_OVERLOADS)
+def test_second_order_agrees_with_float64_composite(device, overload_name, x_dtype, w_dtype, transform):
+    op, overload = oracle.OVERLOADS[overload_name]
+    other = OTHER_ARGS.get(overload_name, {})
+    generator = torch.Generator().manual_seed(31)
+
+    def fresh(shape, dtype):
+        return (torch.randn(shape, generator=generator, dtype=torch.float64) * 2).to(dtype).to(device)
+
+    ours = lambda x, w: overload.call({"input": x, "weight": w, **other})
+    composite = lambda x, w: op.composite(x, w, **other)
+    x, w = fresh(X_SHAPE, x_dtype), fresh(W_SHAPE, w_dtype)
+    result_dtype = torch.result_type(x, w)
+    args = (x, w, fresh(ours(x, w).shape, result_dtype), (fresh(X_SHAPE, x_dtype), fresh(W_SHAPE, w_dtype)))
+
+    def float64(value, absolute=False):
+        if isinstance(value, tuple):
+            return tuple(float64(v, absolute) for v in value)
+        return value.abs().double() if absolute else value.double()
+
+    got = _second_order(transform, ours, *args)
+    expected = _second_order(transform, composite, *args)
+    reference = _second_order(transform, composite, *float64(args))
+    magnitude = _second_order(transform, composite, *float64(args, absolute=True))
+    assert len(got) == len(expected)
+    for i, (actual, want, ref, mag) in enumerate(zip(got, expected, reference, magnitude)):
+        what = f"{transform} of {overload_name}, derivative {i}"
+        assert (actual.dtype, actual.shape) == (want.dtype, want.shape), what
+        rounding = max(oracle.ROUNDING[result_dtype], oracle.ROUNDING[actual.dtype], key=lambda r: r[0])
+        oracle._check_close(actual, ref, mag, rounding, math.prod(X_SHAPE), what)
+
+
+# ---------------------------------------------------------------------------------------------
 # The printed reproducer is the call that was judged
 # ---------------------------------------------------------------------------------------------
 
