@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
+#include "derivative_dtype.h"
 #include "dual_tensors.h"
 #include "node_pointer.h"
 #include "ops/weighted_square_sum_handles.h"
@@ -49,10 +50,14 @@ at::Tensor weighted_square_sum_autograd(
     node_attached(grad_fn);
   }
   if (has_tangents) {
-    // The sum of the elementwise op's tangent over the same dims.
-    const auto terms = weighted_sum_tangent(primal_of(input), primal_of(weight), tangent_of(input), tangent_of(weight));
-    const auto tangent = dims.empty() ? terms.sum(/*dtype=*/result.scalar_type())
-                                      : terms.sum(dims, keepdim, /*dtype=*/result.scalar_type());
+    // The sum of the elementwise op's tangent over the same dims, in the dtype the forward sums
+    // in (the promoted operands', or a wider dtype=), rounded to the result's once.
+    const auto input_p = primal_of(input);
+    const auto weight_p = primal_of(weight);
+    const auto terms = weighted_sum_tangent(
+        input_p, weight_p, tangent_of(input), tangent_of(weight),
+        c10::promoteTypes(promoted_dtype({input_p, weight_p}), result.scalar_type()));
+    const auto tangent = in_dtype(dims.empty() ? terms.sum() : terms.sum(dims, keepdim), result.scalar_type());
     result._set_fw_grad(
         dims.empty() && keepdim ? tangent.view_symint(result.sym_sizes()) : tangent, /*level=*/0,
         /*is_inplace_op=*/false);

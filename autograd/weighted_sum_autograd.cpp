@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
+#include "derivative_dtype.h"
 #include "dual_tensors.h"
 #include "node_pointer.h"
 #include "ops/weighted_sum_handles.h"
@@ -40,9 +41,9 @@ at::Tensor weighted_sum_autograd(c10::DispatchKeySet keys, const at::Tensor& inp
     node_attached(grad_fn);
   }
   if (has_tangents) {
-    const auto tangent =
-        weighted_sum_tangent(primal_of(input), primal_of(weight), tangent_of(input), tangent_of(weight));
-    result._set_fw_grad(tangent.to(result.scalar_type()), /*level=*/0, /*is_inplace_op=*/false);
+    const auto tangent = weighted_sum_tangent(
+        primal_of(input), primal_of(weight), tangent_of(input), tangent_of(weight), result.scalar_type());
+    result._set_fw_grad(tangent, /*level=*/0, /*is_inplace_op=*/false);
   }
   return result;
 }
@@ -98,9 +99,10 @@ void weighted_sum_inplace_autograd(c10::DispatchKeySet keys, const at::Tensor& s
     rebase_history_and_attach(self, grad_fn);
   }
   if (has_tangents) {
+    // Computed in the promoted dtype, as the write was, then rounded to self's.
     const auto tangent = weighted_sum_tangent(
                              primal_of(original_self), primal_of(original_weight), tangent_of(original_self),
-                             tangent_of(original_weight))
+                             tangent_of(original_weight), promoted_dtype({original_self, original_weight}))
                              .to(self.scalar_type());
     // An existing tangent is updated in place (it may be a view other tensors share); a new one
     // is attached.

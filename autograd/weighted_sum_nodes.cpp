@@ -10,6 +10,7 @@
 #include <custom_ops/weighted_sum.h>
 
 #include "compiled_autograd_call.h"
+#include "derivative_dtype.h"
 
 namespace custom::autograd {
 
@@ -34,36 +35,33 @@ variable_list weighted_sum_gradients(
   return result;
 }
 
-at::Tensor add_defined(const at::Tensor& sum, const at::Tensor& term) {
-  return sum.defined() ? sum + term : term;
-}
-
-at::Tensor reduced_to(const at::Tensor& terms, const at::Tensor& like) {
-  return terms.defined() ? at::sum_to(terms, like.sym_sizes()).to(like.scalar_type()) : terms;
-}
-
 // Differentiates (grad_input, grad_weight) = (sum_to(2 w x g), sum_to(x^2 g)) with plain ATen
-// ops, which are differentiable again, so every higher order works too.
+// ops, which are differentiable again, so every higher order works too; in the promoted dtype of
+// grad, input and weight (derivative_dtype.h).
 variable_list weighted_sum_backward_gradients(
     const variable_list& grads,
     std::array<bool, 3> needed,
     const at::Tensor& grad,
     const at::Tensor& input,
     const at::Tensor& weight) {
-  const auto& grad_grad_input = grads[0];
-  const auto& grad_grad_weight = grads[1];
+  const auto dtype = promoted_dtype({grad, input, weight});
+  const auto g = in_dtype(grad, dtype);
+  const auto x = in_dtype(input, dtype);
+  const auto w = in_dtype(weight, dtype);
+  const auto grad_grad_input = in_dtype(grads[0], dtype);
+  const auto grad_grad_weight = in_dtype(grads[1], dtype);
   at::Tensor d_grad;
   at::Tensor d_input;
   at::Tensor d_weight;
   if (grad_grad_input.defined()) {
     const auto two_ggi = 2 * grad_grad_input;
-    if (needed[0]) d_grad = two_ggi * weight * input;
-    if (needed[1]) d_input = two_ggi * weight * grad;
-    if (needed[2]) d_weight = two_ggi * input * grad;
+    if (needed[0]) d_grad = two_ggi * w * x;
+    if (needed[1]) d_input = two_ggi * w * g;
+    if (needed[2]) d_weight = two_ggi * x * g;
   }
   if (grad_grad_weight.defined()) {
-    if (needed[0]) d_grad = add_defined(d_grad, grad_grad_weight * input.square());
-    if (needed[1]) d_input = add_defined(d_input, 2 * grad_grad_weight * input * grad);
+    if (needed[0]) d_grad = add_defined(d_grad, grad_grad_weight * x.square());
+    if (needed[1]) d_input = add_defined(d_input, 2 * grad_grad_weight * x * g);
   }
   return {reduced_to(d_grad, grad), reduced_to(d_input, input), reduced_to(d_weight, weight)};
 }

@@ -4,6 +4,7 @@
 #include <ATen/Functions.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/TypeProperties.h>
 #include <c10/util/accumulate.h>
 
 #include "operand_checks.h"
@@ -197,7 +198,16 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_impl(
     grad_input = gradient_for(input, shape, loops.backward_input, {grad, input, weight});
   }
   if (output_mask[1]) {
-    grad_weight = gradient_for(weight, shape, loops.backward_weight, {grad, input});
+    // x**2 grad reads no weight but computes in the dtype the forward promoted to, weight's
+    // included: wider than grad's and input's when grad is a narrower in-place self's (or
+    // weighted_square_sum's dtype=). Then input is widened, as TensorIterator would widen it.
+    at::native::ResultTypeState state{};
+    for (const auto& operand : {grad, input, weight}) {
+      state = at::native::update_result_type_state(operand, state);
+    }
+    const auto dtype = at::native::result_type(state);
+    const auto x = input.scalar_type() == dtype ? input : input.to(dtype);
+    grad_weight = gradient_for(weight, shape, loops.backward_weight, {grad, x});
   }
   return {grad_input, grad_weight};
 }

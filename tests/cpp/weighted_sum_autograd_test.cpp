@@ -151,6 +151,20 @@ TEST_F(WeightedSumAutograd, SecondOrderGradientsMatchAnalytic) {
   EXPECT_TRUE(!ggw.defined() || torch::equal(ggw, torch::zeros_like(ggw)));
 }
 
+TEST_F(WeightedSumAutograd, MixedDtypeSecondOrderComputesInThePromotedDtype) {
+  // A float32 input and a float64 weight: the double backward computes in float64 and rounds to
+  // each argument's dtype at the end, so the weight's second derivative keeps float64 precision.
+  auto x = random({kRows, kCols}, at::kFloat).requires_grad_();
+  auto w = random({kCols}, at::kDouble).requires_grad_();
+  const auto g = random({kRows, kCols}, at::kDouble);
+  const auto v = random({kRows, kCols}, at::kFloat);
+  const auto gx = torch::autograd::grad({custom::weighted_sum(x, w)}, {x}, {g}, true, /*create_graph=*/true)[0];
+  const auto second = torch::autograd::grad({(gx * v).sum()}, {x, w});
+  // d(sum(2 w x g v))/dx = 2 w g v, /dw = sum_to(2 x g v, w).
+  EXPECT_TRUE(IsGradient(second[0], x, 2 * as_double(w) * g * as_double(v), at::kDouble));  // float32
+  EXPECT_TRUE(IsGradient(second[1], w, 2 * as_double(x) * g * as_double(v), at::kDouble));  // float64
+}
+
 TEST_F(WeightedSumAutograd, InplaceOnNonLeafOrItsViewBackpropagatesThroughTheOriginalValues) {
   auto leaf = random({kRows, kCols}, at::kDouble).requires_grad_();
   auto w = random({kCols}, at::kDouble).requires_grad_();

@@ -85,6 +85,21 @@ TEST_F(WeightedSumForwardAd, BackwardOpTangentsMatchComposite) {
   EXPECT_TRUE(torch::allclose(level.tangent(grad_weight), level.tangent((dx.square() * dg).sum(0))));
 }
 
+TEST_F(WeightedSumForwardAd, MixedDtypeBackwardOpTangentsComputeInThePromotedDtype) {
+  // A float32 input with a float64 weight and grad: grad_weight's tangent 2 x x_t g + x^2 g_t is
+  // computed in float64, not from float32 products, so it keeps float64 precision.
+  const auto g = random({3, 4});
+  const auto tg = random({3, 4});
+  const auto x = random({3, 4}).to(torch::kFloat);
+  const auto tx = random({3, 4}).to(torch::kFloat);
+  const DualLevel level;
+  const auto grad_weight =
+      std::get<1>(custom::weighted_sum_backward(level.dual(g, tg), level.dual(x, tx), random({4}), {true, true}));
+  const auto terms = 2 * x.to(torch::kDouble) * tx.to(torch::kDouble) * g + x.to(torch::kDouble).square() * tg;
+  const auto error = (level.tangent(grad_weight) - terms.sum(0)).abs();
+  EXPECT_TRUE(torch::all(error <= 1e-13 * terms.abs().sum(0)).item<bool>()) << error;
+}
+
 TEST_F(WeightedSumForwardAd, BackwardDoubleBackwardAndForwardOverReverseMatchComposite) {
   const auto x0 = random({3, 4});
   const auto w0 = random({4});

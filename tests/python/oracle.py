@@ -666,10 +666,12 @@ def judge(case, device):
 #   vmap  every example's values as `judge` checks them (bit for bit where the operator promises
 #         it), and the physical out/self written with them;
 #   grad, jvp (tangent)  the composite's dtype and shape, and values within (TRANSFORM_SLACK + n)
-#         roundings, of the coarsest dtype involved, of the same transform of the float64
-#         composite, relative to that transform of the absolute values (a bound on every product
-#         summed), n the number of elements one gradient element sums (broadcasting). A transform
-#         is several operations, not one, and ours and ATen round its intermediates differently.
+#         roundings, of the result's dtype or the gradient's (tangent's) own, whichever is coarser,
+#         of the same transform of the float64 composite, relative to that transform of the
+#         absolute values (a bound on every product summed), n the number of elements one gradient
+#         element sums (broadcasting). A transform is several operations, not one, each computed
+#         in the result's dtype (a float32 input's gradient of a float64 result rounded to float32
+#         once, at the end), but not rounded as ATen's composite rounds them.
 # Where both raise, an error that the transform itself raises for both alike (functorch refusing
 # an integer input) needs no op name. ATen-undefined: functorch crashed on an empty batch
 # (`_empty_batch_crash`); ours may compute an empty result of ATen's dtype and shape, or raise.
@@ -825,7 +827,12 @@ def _check_transformed(t, op, overload, args, clean, ours, expected):
                 assert _nan_equal(written, ours[b]), f"example {b}: {target} does not hold the result"
         return
 
-    float_dtypes = {v.dtype for v in args.values() if isinstance(v, torch.Tensor) and v.dtype in ROUNDING}
+    start = _alias(t.case, {n: clean[n] for n in op_names})
+    result_dtype = _value_dtype(op, overload, start)
+
+    def rounding(dtype):  # of the coarser of the result's dtype and `dtype`
+        return max(ROUNDING[result_dtype], ROUNDING[dtype], key=lambda r: r[0])
+
     reference = _run(t, COMPOSITE, _alias(t.case, _float64(clean, False)))
     magnitude = _run(t, COMPOSITE, _alias(t.case, _float64(clean, True)))
     if t.transform == GRAD:
@@ -833,19 +840,16 @@ def _check_transformed(t, op, overload, args, clean, ours, expected):
         y_numel = math.prod(t.case.result_shape if overload.kind != INPLACE else clean["self"].shape)
         for name, got, want, ref, mag in zip(t.wrt, ours, expected, reference, magnitude):
             same_kind(got, want, f"grad w.r.t. {name}")
-            rounding = max((ROUNDING[d] for d in float_dtypes | {got.dtype}), key=lambda r: r[0])
             terms = max(1, y_numel // max(1, clean[name].numel()))
-            _check_close(got, ref, mag, rounding, terms, f"grad w.r.t. {name}")
+            _check_close(got, ref, mag, rounding(got.dtype), terms, f"grad w.r.t. {name}")
         return
     (primal, tangent), (want_primal, want_tangent) = ours, expected
     same_kind(primal, want_primal, "jvp primal")
     # The tangent has its primal's dtype, as forward AD keeps them. Not always the composite's: ATen's
     # tangent of a 0-dim float16/float32 tensor times a Python float is float64.
     same_kind(tangent, want_tangent.to(want_primal.dtype), "jvp tangent")
-    start = _alias(t.case, {n: clean[n] for n in op_names})
-    _check_values(op, _operands(op, overload, start), _value_dtype(op, overload, start), primal, "jvp primal")
-    rounding = max((ROUNDING[d] for d in float_dtypes | {primal.dtype}), key=lambda r: r[0])
-    _check_close(tangent, reference[1], magnitude[1], rounding, 1, "jvp tangent")
+    _check_values(op, _operands(op, overload, start), result_dtype, primal, "jvp primal")
+    _check_close(tangent, reference[1], magnitude[1], rounding(primal.dtype), 1, "jvp tangent")
 
 
 def _empty_batch_crash(t, args, error):

@@ -229,6 +229,83 @@ def test_vmap_of_scalar_overload_without_the_per_example_fallback(device):
 
 
 # ---------------------------------------------------------------------------------------------
+# Every pair of float dtypes (issue 31): grad and jvp, and grad of grad, jvp of grad and hessian, of
+# every functional overload with a tensor weight, against the same transform of the float64
+# composite, within TRANSFORM_SLACK + (terms) roundings of the result's dtype or of the
+# derivative's own, whichever is coarser: float64 where both are (a float32 input with a float64
+# weight: the weight's derivatives), the precision that computing in the promoted dtype keeps.
+# ---------------------------------------------------------------------------------------------
+
+ORDERS = ("grad", "jvp", "grad of grad", "jvp of grad", "hessian")
+# Each overload's arguments other than input and weight, one dict a call.
+OTHER_ARGS = {
+    "weighted_square_sum": (
+        {"dim": [0], "keepdim": False, "dtype": None},  # its grad broadcast back over dim 0
+        {"dim": [0], "keepdim": False, "dtype": torch.float64},  # summed wider than the operands
+    )
+}
+CALLS = [
+    (name, other)
+    for name, (op, o) in oracle.OVERLOADS.items()
+    if o.kind == oracle.FUNCTIONAL and op.weight_kind == "tensor"
+    for other in OTHER_ARGS.get(name, ({},))
+]
+X_SHAPE, W_SHAPE = (3, 4), (4,)  # a broadcast weight: its gradients are sums of 3 terms
+
+
+def _derivatives(order, f, x, w, cotangent, tangents):
+    """What `order` gives of f at (x, w) (grads of (f(x, w) * cotangent).sum()), as a tuple."""
+    loss = lambda x, w: (f(x, w) * cotangent).sum()
+    first = torch.func.grad(loss, argnums=(0, 1))
+    if order == "grad":
+        return first(x, w)
+    if order == "jvp":
+        return (torch.func.jvp(f, (x, w), tangents)[1],)
+    if order == "grad of grad":
+        return torch.func.grad(lambda x, w: sum((g * t).sum() for g, t in zip(first(x, w), tangents)), (0, 1))(x, w)
+    if order == "jvp of grad":
+        return torch.func.jvp(first, (x, w), tangents)[1]
+    return tuple(h for row in torch.func.hessian(loss, argnums=(0, 1))(x, w) for h in row)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("w_dtype", oracle.FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("x_dtype", oracle.FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "name,other", CALLS, ids=[name + (f" dtype={o['dtype']}" if o.get("dtype") else "") for name, o in CALLS]
+)
+def test_derivatives_agree_with_float64_composite(device, name, other, x_dtype, w_dtype, order):
+    op, overload = oracle.OVERLOADS[name]
+    generator = torch.Generator().manual_seed(31)
+
+    def fresh(shape, dtype):
+        return (torch.randn(shape, generator=generator, dtype=torch.float64) * 2).to(dtype).to(device)
+
+    ours = lambda x, w: overload.call({"input": x, "weight": w, **other})
+    composite = lambda x, w: op.composite(x, w, **other)
+    x, w = fresh(X_SHAPE, x_dtype), fresh(W_SHAPE, w_dtype)
+    result = ours(x, w)
+    args = (x, w, fresh(result.shape, result.dtype), (fresh(X_SHAPE, x_dtype), fresh(W_SHAPE, w_dtype)))
+
+    def float64(value, absolute=False):
+        if isinstance(value, tuple):
+            return tuple(float64(v, absolute) for v in value)
+        return value.abs().double() if absolute else value.double()
+
+    got = _derivatives(order, ours, *args)
+    expected = _derivatives(order, composite, *args)
+    reference = _derivatives(order, composite, *float64(args))
+    magnitude = _derivatives(order, composite, *float64(args, absolute=True))
+    assert len(got) == len(expected)
+    for i, (actual, want, ref, mag) in enumerate(zip(got, expected, reference, magnitude)):
+        what = f"{order} of {name}, derivative {i}"
+        # A tangent has its primal's dtype, not always the composite's (see _check_transformed).
+        assert (actual.dtype, actual.shape) == (result.dtype if order == "jvp" else want.dtype, want.shape), what
+        rounding = max(oracle.ROUNDING[result.dtype], oracle.ROUNDING[actual.dtype], key=lambda r: r[0])
+        oracle._check_close(actual, ref, mag, rounding, math.prod(X_SHAPE), what)
+
+
+# ---------------------------------------------------------------------------------------------
 # The printed reproducer is the call that was judged
 # ---------------------------------------------------------------------------------------------
 

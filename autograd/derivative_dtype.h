@@ -1,0 +1,41 @@
+// The dtype every derivative formula of the `custom` ops computes in: that of the forward's
+// promoted result (float64 for a float32 input and a float64 weight), each operand converted to it
+// first and each gradient or tangent rounded to its argument's dtype once, at the end, as ATen's
+// derivatives of `mul` do. An operand or intermediate rounded to a narrower dtype on the way
+// (x.square() of a float32 x) would cost a float64 result its precision.
+#pragma once
+
+#include <initializer_list>
+
+#include <ATen/ATen.h>
+#include <ATen/native/TypeProperties.h>
+
+namespace custom::autograd {
+
+// torch.result_type of the defined tensors (a 0-dim operand promotes like a scalar, as in the forward).
+inline at::ScalarType promoted_dtype(std::initializer_list<at::Tensor> tensors) {
+  at::native::ResultTypeState state{};
+  for (const auto& tensor : tensors) {
+    if (tensor.defined()) {
+      state = at::native::update_result_type_state(tensor, state);
+    }
+  }
+  return at::native::result_type(state);
+}
+
+// `tensor` in `dtype`: itself, with no copy and no dispatcher call, when it has it or is undefined.
+inline at::Tensor in_dtype(const at::Tensor& tensor, at::ScalarType dtype) {
+  return !tensor.defined() || tensor.scalar_type() == dtype ? tensor : tensor.to(dtype);
+}
+
+// An undefined gradient or tangent term is zero.
+inline at::Tensor add_defined(const at::Tensor& sum, const at::Tensor& term) {
+  return sum.defined() ? sum + term : term;
+}
+
+// Terms over the broadcast shape, summed to `like`'s shape in their dtype, then rounded to `like`'s.
+inline at::Tensor reduced_to(const at::Tensor& terms, const at::Tensor& like) {
+  return terms.defined() ? in_dtype(at::sum_to(terms, like.sym_sizes()), like.scalar_type()) : terms;
+}
+
+}  // namespace custom::autograd
