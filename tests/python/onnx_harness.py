@@ -3,8 +3,7 @@ interpreter that has the package (the `site` fixture of conftest.py): each model
 a dynamic batch dimension, checked with onnx.checker, and run in onnxruntime at several batch sizes
 against the model itself.
 
-Not a test module: test_onnx_export.py and test_weighted_square_sum_onnx.py import it (pytest puts
-this directory on sys.path).
+Not a test module: test_onnx_export.py imports it (pytest puts this directory on sys.path).
 """
 
 import json

@@ -1,18 +1,35 @@
-"""torch.compile fuses the `custom` operators with their neighbours (python/custom_ops/_inductor.py).
+"""torch.compile fuses every operator (operators.py's table) with its neighbours through the
+Inductor decompositions of python/custom_ops/_inductor.py; then what only some operators have:
+out= and in place, every layout and dtype against the kernel, a reduction's dims and dtype=.
 
 In this process the decompositions come from the package's source file, installed the way
 `import custom_ops` installs them (compile_helpers); the package-level behaviour (lazy import,
-opt-out, the on-disk cache key across processes) is in test_package_inductor.py.
+opt-out, the on-disk cache key across processes) is in test_package.py. An elementwise operator's
+decomposition gives the kernel's bits; a reduction's sums in another order than the kernel, so its
+values are compared with the exact sum's error bound and with the eager op up to rounding.
 """
+
+import re
 
 import pytest
 import torch
 from torch._dynamo.utils import counters
-from torch._inductor import metrics
+from torch._inductor.utils import run_and_get_code
 
 import compile_helpers
 from compile_helpers import decompositions, leaves, run_compiled
-from reference import DTYPE_PAIRS, LAYOUT_NAMES, LOW_PRECISION, TOLERANCES, dtype_name, make_inputs, make_tensor
+from operators import each_operator
+from reference import (
+    DTYPE_PAIRS,
+    FLOAT_DTYPES,
+    LAYOUT_NAMES,
+    LOW_PRECISION,
+    TOLERANCES,
+    dtype_name,
+    make_inputs,
+    make_tensor,
+)
+from square_sum_reference import assert_matches_exact, make
 
 OPS = torch.ops.custom
 
@@ -22,55 +39,151 @@ decompose = compile_helpers.decompose
 decomposed = compile_helpers.decomposed
 
 
-def model(a, b, w):
-    return torch.relu(OPS.weighted_sum(a + b, w)) * 3
+def model(op):
+    return lambda a, b, w: torch.relu(op(a + b, w)) * 3
 
 
-def composite(a, b, w):
-    return torch.relu(w * (a + b).square()) * 3
+def composite(op):
+    return lambda a, b, w: torch.relu(op.composite(a + b, w, *op.args)) * 3
+
+
+def assert_like_the_op(op, actual, expected, **tolerance):
+    """Bit for bit where the decomposition computes as the kernel does, else up to rounding."""
+    torch.testing.assert_close(actual, expected, **({"rtol": 0, "atol": 0} if op.bitwise else tolerance))
+
+
+def calls_ours(code):
+    return re.search(r"\bcustom\.\w+", code) is not None
 
 
 def kernels_and_code(fn, *args, backward=False):
-    """(result, how many kernels Inductor generated, the generated code)."""
+    """(result, how many kernels the generated code defines, that code). Not Inductor's
+    metrics.generated_kernel_count, which gives 4 for a sum that the code runs as one kernel."""
     result, code = run_compiled(fn, *args, backward=backward)
-    return result, metrics.generated_kernel_count, code
+    return result, len(re.findall(r"^\w+ = async_compile\.", code, flags=re.M)), code
 
 
-# --------------------------------------------------------------------------- fusion
+# --------------------------------------------------------------------------- every operator
 
 
-def test_forward_fuses_into_one_kernel(decompose):
+@each_operator
+def test_decomposition_table_follows_the_switch(op):
+    from torch._inductor import decomposition
+
+    table = decomposition.decompositions
+    overload = getattr(OPS, op.name).default
+    try:
+        decompositions.set_enabled(False)
+        assert overload not in table
+        assert overload not in decomposition.select_decomp_table()
+        decompositions.set_enabled(True)
+        assert table[overload] is getattr(decompositions, op.name)
+        assert decomposition.select_decomp_table()[overload] is getattr(decompositions, op.name)
+    finally:
+        decompositions.set_enabled(True)
+
+
+@each_operator
+def test_forward_fuses_into_one_kernel(decompose, op):
     a, b, w = leaves((64, 33), (64, 33), (33,))
-    compiled = torch.compile(model, fullgraph=True)
-    result, kernels, code = kernels_and_code(compiled, a, b, w)
-    _, composite_kernels, _ = kernels_and_code(torch.compile(composite, fullgraph=True), a, b, w)
-    torch.testing.assert_close(result, model(a, b, w), rtol=0, atol=0)
+    result, kernels, code = kernels_and_code(torch.compile(model(op), fullgraph=True), a, b, w)
+    _, composite_kernels, _ = kernels_and_code(torch.compile(composite(op), fullgraph=True), a, b, w)
+    assert_like_the_op(op, result, model(op)(a, b, w))
+    torch.testing.assert_close(result, composite(op)(a, b, w))
     assert composite_kernels == 1
     if decompose:
-        assert kernels == composite_kernels
-        assert "custom.weighted_sum" not in code
+        assert kernels == composite_kernels  # a + b, the op, relu and * 3
+        assert not calls_ours(code)
     else:
         assert kernels == 2  # a + b, then relu(...) * 3, around our call
-        assert "custom.weighted_sum" in code
+        assert f"custom.{op.name}.default" in code
 
 
-def test_training_step_fuses(decompose):
+@each_operator
+def test_training_step_fuses(decompose, op):
     a, b, w = leaves((64, 33), (64, 33), (33,), requires_grad=True)
-    compiled = torch.compile(model, fullgraph=True)
-    _, kernels, code = kernels_and_code(compiled, a, b, w, backward=True)
+    result, kernels, code = kernels_and_code(torch.compile(model(op), fullgraph=True), a, b, w, backward=True)
     grads = [t.grad.clone() for t in (a, b, w)]
     for t in (a, b, w):
         t.grad = None
-    _, composite_kernels, _ = kernels_and_code(torch.compile(composite, fullgraph=True), a, b, w, backward=True)
-    composite_grads = [t.grad.clone() for t in (a, b, w)]
-    for grad, expected in zip(grads, composite_grads):
-        torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-5)
+    expected = model(op)(a, b, w)
+    expected.sum().backward()
+    torch.testing.assert_close(result, expected)
+    for grad, t in zip(grads, (a, b, w)):
+        torch.testing.assert_close(grad, t.grad, rtol=1e-5, atol=1e-5)
     if decompose:
+        assert not calls_ours(code)  # neither the op nor its backward op
+        for t in (a, b, w):
+            t.grad = None
+        _, composite_kernels, _ = kernels_and_code(torch.compile(composite(op), fullgraph=True), a, b, w, backward=True)
         assert kernels == composite_kernels
-        assert "custom.weighted_sum" not in code  # neither the op nor weighted_sum_backward
     else:
-        assert "custom.weighted_sum.default" in code
-        assert "custom.weighted_sum_backward" in code
+        assert f"custom.{op.name}.default" in code
+        assert "custom.weighted_sum_backward" in code  # the backward op of both
+
+
+@each_operator
+def test_dynamic_shapes_do_not_recompile(decompose, op):
+    def scaled(x, w):
+        return op(x * 2, w) + 1
+
+    compiled = torch.compile(scaled, fullgraph=True, dynamic=True)
+    for n, c in ((5, 7), (17, 3), (64, 33), (129, 2)):
+        x, w = leaves((n, c), (c,))
+        actual = compiled(x, w)
+        expected = scaled(x, w)
+        assert actual.shape == expected.shape
+        # A reduction's terms added in another order: a few float32 ulps of the sum's size.
+        assert_like_the_op(op, actual, expected, rtol=1e-5, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+@each_operator
+def test_torch_export_keeps_the_op(decomposed, op):
+    class Module(torch.nn.Module):
+        def forward(self, x, w):
+            return op(x + 1, w)
+
+    x, w = leaves((4, 5), (5,))
+    exported = torch.export.export(Module(), (x, w))
+    for program in (exported, exported.run_decompositions()):
+        targets = [node.target for node in program.graph.nodes if node.op == "call_function"]
+        assert getattr(OPS, op.name).default in targets
+        torch.testing.assert_close(program.module()(x, w), op(x + 1, w), rtol=0, atol=0)
+
+
+@each_operator
+def test_decomposition_registered_after_a_compile(op):
+    # The state toggled after compiles already cached the merged table: the next compile must use
+    # the new state (and not fail on a stale cache, pitfall 1 of the study).
+    x, w = leaves((8, 3), (3,))
+    for enabled in (False, True, False):
+        decompositions.set_enabled(enabled)
+        torch._dynamo.reset()
+        _, _, code = kernels_and_code(torch.compile(model(op), fullgraph=True), x, x, w)
+        assert (f"custom.{op.name}" in code) != enabled
+    decompositions.set_enabled(True)
+
+
+def test_cache_key_tag_carries_state_and_version():
+    import torch.compiler.config as compiler_config
+
+    saved = compiler_config.cache_key_tag
+    try:
+        compiler_config.cache_key_tag = "user-tag"
+        decompositions.set_enabled(False)
+        off = compiler_config.cache_key_tag
+        decompositions.set_enabled(True)
+        on = compiler_config.cache_key_tag
+        assert off != on
+        assert on.startswith("user-tag|") and off.startswith("user-tag|")  # the user's tag is kept
+        assert on.count("custom_ops-test-") == 1  # one segment of ours, replaced on each change
+    finally:
+        compiler_config.cache_key_tag = saved
+        decompositions.set_enabled(True)
+
+
+# --------------------------------------------------------------------------- weighted_sum: out=, in place, every layout
 
 
 def test_out_and_inplace_fuse(decompose):
@@ -85,9 +198,6 @@ def test_out_and_inplace_fuse(decompose):
     result, _, code = kernels_and_code(torch.compile(out_and_inplace, fullgraph=True), x, w)
     torch.testing.assert_close(result, out_and_inplace(x, w), rtol=0, atol=0)
     assert ("custom.weighted_sum" in code) != decompose
-
-
-# --------------------------------------------------------------------------- values
 
 
 @pytest.mark.parametrize("dtypes", DTYPE_PAIRS, ids=lambda p: f"{dtype_name(p[0])}-{dtype_name(p[1])}")
@@ -133,60 +243,139 @@ def test_gradients_match_the_kernel(decomposed, dtype):
         torch.testing.assert_close(a, e, rtol=tolerance, atol=tolerance, msg=GRADIENT_LAYOUTS[i // 2])
 
 
-def test_dynamic_shapes_do_not_recompile(decomposed):
-    compiled = torch.compile(model, fullgraph=True, dynamic=True)
-    for n in (5, 17, 64, 129):
-        a, b, w = leaves((n, 7), (n, 7), (7,))
-        assert torch.equal(compiled(a, b, w), model(a, b, w))
-    assert counters["stats"]["unique_graphs"] == 1
-
-
-def test_torch_export_keeps_the_op(decomposed):
-    class Module(torch.nn.Module):
-        def forward(self, x, w):
-            return OPS.weighted_sum(x + 1, w)
-
-    x, w = leaves((4, 5), (5,))
-    exported = torch.export.export(Module(), (x, w))
-    for program in (exported, exported.run_decompositions()):
-        targets = [node.target for node in program.graph.nodes if node.op == "call_function"]
-        assert OPS.weighted_sum.default in targets
-        torch.testing.assert_close(program.module()(x, w), OPS.weighted_sum(x + 1, w), rtol=0, atol=0)
-
-
-def test_decomposition_registered_after_a_compile():
-    # The state toggled after compiles already cached the merged table: the next compile must use
-    # the new state (and not fail on a stale cache, pitfall 1 of the study).
-    x, w = leaves((8, 3), (3,))
-    for enabled in (False, True, False):
-        decompositions.set_enabled(enabled)
-        torch._dynamo.reset()
-        _, _, code = kernels_and_code(torch.compile(model, fullgraph=True), x, x, w)
-        assert ("custom.weighted_sum" in code) != enabled
-    decompositions.set_enabled(True)
-
-
-def test_cache_key_tag_carries_state_and_version():
-    import torch.compiler.config as compiler_config
-
-    saved = compiler_config.cache_key_tag
-    try:
-        compiler_config.cache_key_tag = "user-tag"
-        decompositions.set_enabled(False)
-        off = compiler_config.cache_key_tag
-        decompositions.set_enabled(True)
-        on = compiler_config.cache_key_tag
-        assert off != on
-        assert on.startswith("user-tag|") and off.startswith("user-tag|")  # the user's tag is kept
-        assert on.count("custom_ops-test-") == 1  # one segment of ours, replaced on each change
-    finally:
-        compiler_config.cache_key_tag = saved
-        decompositions.set_enabled(True)
-
-
 def test_strided_output_operand_layouts_in_low_precision(decomposed):
     # A transposed half-precision input against a float32 weight: the cast happens per element.
     x = make_tensor((6, 5), torch.bfloat16, "cpu", "transposed")
     w = make_tensor((6, 5), torch.float32, "cpu", "step")
     compiled = torch.compile(lambda x, w: torch.relu(OPS.weighted_sum(x, w)), fullgraph=True)
     assert torch.equal(compiled(x, w), torch.relu(OPS.weighted_sum(x, w)))
+
+
+# --------------------------------------------------------------------------- weighted_square_sum: dims, keepdim, dtype=
+
+OP_NAME = "custom.weighted_square_sum"
+
+CASES = [  # (input shape, weight shape, dim, keepdim, dtype)
+    ((4, 5, 6), (6,), None, False, None),
+    ((4, 5, 6), (6,), [], True, None),
+    ((4, 5, 6), (5, 1), [0], False, None),
+    ((4, 5, 6), (5, 1), [-1], True, None),
+    ((4, 5, 6), (4, 5, 6), [0, 2], False, None),
+    ((4, 1, 6), (5, 1), [1], False, None),  # both broadcast, summed over the broadcast dim
+    ((6,), (3, 4, 6), [0, -1], True, None),  # the weight is the wider one
+    ((4, 5, 6), (), [2, 0], False, None),  # a 0-dim weight
+    ((), (), [0], False, None),  # a 0-dim shape: one term
+    ((4, 0, 6), (6,), [1], False, None),  # an empty sum: zeros
+    ((4, 5, 6), (6,), [1], False, torch.float32),
+    ((4, 5, 6), (6,), [2], True, torch.float64),
+    ((4, 5, 6), (6,), None, False, torch.float16),
+    ((4, 5, 6), (6,), [0], False, torch.bfloat16),
+]
+# (input dtype, weight dtype): each dtype with itself, and mixed pairs
+DTYPE_CASES = [(d, d) for d in FLOAT_DTYPES] + [
+    (torch.float16, torch.float32),
+    (torch.bfloat16, torch.float16),
+    (torch.float32, torch.float64),
+]
+
+
+@pytest.mark.parametrize("dtypes", DTYPE_CASES, ids=lambda p: f"{dtype_name(p[0])}-{dtype_name(p[1])}")
+def test_decomposition_eagerly_matches_the_op(dtypes):
+    # The decomposition function itself, no compile: every case of dims, keepdim and dtype=, each
+    # operand dtype. Same dtype, shape and strides as our kernel, values within the exact sum's bound.
+    for x_shape, w_shape, dim, keepdim, dtype in CASES:
+        x, w = make(x_shape, dtypes[0], "cpu"), make(w_shape, dtypes[1], "cpu")
+        actual = decompositions.weighted_square_sum(x, w, dim, keepdim, dtype=dtype)
+        expected = OPS.weighted_square_sum(x, w, dim, keepdim, dtype=dtype)
+        case = (x_shape, w_shape, dim, keepdim, dtype)
+        assert actual.dtype == expected.dtype and actual.shape == expected.shape, case
+        assert actual.stride() == expected.stride(), case
+        assert_matches_exact(actual, x, w, dim, keepdim, dtype)
+        # A float64 result is computed in float64 from the first product on, as the kernel does.
+        tight = {"rtol": 1e-12, "atol": 1e-12} if expected.dtype == torch.float64 else {}
+        torch.testing.assert_close(actual, expected, **tight, msg=lambda m, case=case: f"{case}: {m}")
+
+
+def test_half_terms_are_not_rounded_before_the_sum(decomposed):
+    # bfloat16 x = 1 + 2**-7: x*x = 1 + 2**-6 + 2**-14 is exact in float32 but not in bfloat16. The
+    # kernels add the float32 terms, so dtype=float32 gives 64 * x*x exactly; terms rounded to the
+    # operands' dtype first would give 64 * (1 + 2**-6).
+    x = torch.full((64,), 1 + 2.0**-7, dtype=torch.bfloat16)
+    w = torch.ones(64, dtype=torch.bfloat16)
+    exact = 64 * (1 + 2.0**-6 + 2.0**-14)
+    compiled = torch.compile(lambda x, w: OPS.weighted_square_sum(x, w, dtype=torch.float32), fullgraph=True)
+    for actual in (
+        OPS.weighted_square_sum(x, w, dtype=torch.float32),
+        decompositions.weighted_square_sum(x, w, dtype=torch.float32),
+        compiled(x, w),
+    ):
+        assert actual.dtype == torch.float32 and actual.item() == exact
+
+
+def test_dynamic_training_step_does_not_recompile(decomposed):
+    def loss(x, w):
+        return OPS.weighted_square_sum(torch.tanh(x), w, [0]).sum()
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=True)
+    for n in (3, 8, 21):
+        x, w = leaves((n, 6), (6,), requires_grad=True)
+        actual = torch.autograd.grad(compiled(x, w), [x, w])
+        expected = torch.autograd.grad(loss(x, w), [x, w])
+        for a, e in zip(actual, expected):
+            torch.testing.assert_close(a, e)
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+@pytest.mark.parametrize("dtypes", DTYPE_CASES, ids=lambda p: f"{dtype_name(p[0])}-{dtype_name(p[1])}")
+def test_compiled_values_match_the_op(decomposed, dtypes):
+    # Every case in one graph: one compile per dtype pair.
+    arguments = [
+        (make(x_shape, dtypes[0], "cpu"), make(w_shape, dtypes[1], "cpu"), dim, keepdim, dtype)
+        for x_shape, w_shape, dim, keepdim, dtype in CASES
+    ]
+
+    def every_case(tensors):
+        return [
+            OPS.weighted_square_sum(x, w, dim, keepdim, dtype=dtype)
+            for (x, w), (_, _, dim, keepdim, dtype) in zip(tensors, arguments)
+        ]
+
+    tensors = [(x, w) for x, w, *_ in arguments]
+    compiled, code = run_and_get_code(torch.compile(every_case, fullgraph=True), tensors)
+    assert OP_NAME not in "\n".join(code)
+    for actual, (x, w, dim, keepdim, dtype) in zip(compiled, arguments):
+        expected = OPS.weighted_square_sum(x, w, dim, keepdim, dtype=dtype)
+        case = (tuple(x.shape), tuple(w.shape), dim, keepdim, dtype)
+        assert (actual.dtype, actual.shape) == (expected.dtype, expected.shape), case
+        assert actual.is_contiguous(), case
+        common = torch.result_type(x, w)
+        if common in LOW_PRECISION and expected.dtype != torch.float64 and (x.dtype, w.dtype) != (common, common):
+            # An operand rounded down to a half-type common dtype (a 0-dim float32 weight, say):
+            # Inductor skips that rounding (see _inductor._in_opmath), one rounding of it apart.
+            torch.testing.assert_close(actual, expected, rtol=2 * TOLERANCES[common][0], atol=1e-3, msg=str(case))
+        else:
+            assert_matches_exact(actual, x, w, dim, keepdim, dtype)
+
+
+def test_strided_operands(decomposed):
+    # A permuted input and a transposed weight: the decomposition reads them through their strides.
+    x = make((6, 5, 4), torch.float32, "cpu", "permuted")
+    w = make((5, 4), torch.float32, "cpu", "transposed")
+
+    def summed_and_exp(x, w):
+        summed = OPS.weighted_square_sum(x, w, [1])
+        return summed, summed.exp()
+
+    summed, exp = torch.compile(summed_and_exp, fullgraph=True)(x, w)
+    assert_matches_exact(summed, x, w, [1])
+    # Of the compiled sum: exp() would magnify the few ulps by which Inductor's order of additions
+    # differs from the kernel's.
+    torch.testing.assert_close(exp, summed.exp())
+
+
+def test_errors_surface_at_compile_time(decomposed):
+    # The Meta kernel checks the arguments while Dynamo traces: a bad dim is an error, not a wrong sum.
+    x, w = leaves((4, 5), (5,))
+    compiled = torch.compile(lambda x, w: OPS.weighted_square_sum(x, w, [2]), fullgraph=True)
+    with pytest.raises(Exception, match="out of range"):
+        compiled(x, w)

@@ -1,4 +1,6 @@
-"""The Python package `custom_ops` (pyproject.toml + scikit-build-core + the top-level CMake).
+"""The Python package `custom_ops` (pyproject.toml + scikit-build-core + the top-level CMake): its
+loading and version checks, then each operator's typed wrapper and Inductor decomposition
+(operators.py's table: lazy registration, the opt-out, the on-disk cache key).
 
 Uses the installed package when `custom_ops` is importable, else builds it once per session with
 `pip install --no-build-isolation --no-deps --target <tmp>` (conftest.py's `site` fixture; CPU
@@ -19,6 +21,9 @@ import pytest
 import torch
 
 from environment import HAS_GPU, LIBRARY, REPO
+from operators import each_operator
+
+pytestmark = pytest.mark.slow
 
 
 def run_python(code, pythonpath, check=True):
@@ -38,7 +43,6 @@ def run_python(code, pythonpath, check=True):
     return result
 
 
-@pytest.mark.slow
 def test_import_loads_the_bundled_library(site):
     result = run_python(
         """
@@ -52,6 +56,7 @@ def test_import_loads_the_bundled_library(site):
             "dist_version": importlib.metadata.version("custom-ops"),
             "torch_version": custom_ops.TORCH_VERSION,
             "with_cuda": custom_ops.WITH_CUDA,
+            "library_path_documented": bool(custom_ops.library_path.__doc__),
             "schemas": [str(torch.ops.custom.weighted_sum.default._schema),
                         str(torch.ops.custom.weighted_sum.out._schema),
                         str(torch.ops.custom.weighted_sum_.default._schema)],
@@ -69,36 +74,136 @@ def test_import_loads_the_bundled_library(site):
     assert info["version"] == info["dist_version"] == version
     assert torch.__version__.startswith(info["torch_version"])
     assert isinstance(info["with_cuda"], bool)
+    assert info["library_path_documented"]
     assert info["schemas"][0] == "custom::weighted_sum(Tensor input, Tensor weight) -> Tensor"
 
 
-@pytest.mark.slow
-def test_weighted_sum_function(site):
+def report(result):
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------- the wrappers
+
+# op -> its wrapper's parameters, as Python source of (name, type hint or None to skip, default,
+# keyword-only); `empty` is inspect.Parameter.empty.
+WRAPPER_PARAMETERS = {
+    "weighted_sum": "[('input', torch.Tensor, empty, False), "
+    "('weight', typing.Union[torch.Tensor, float], empty, False), ('out', typing.Optional[torch.Tensor], None, True)]",
+    "weighted_square_sum": "[('input', torch.Tensor, empty, False), ('weight', torch.Tensor, empty, False), "
+    "('dim', None, None, False), ('keepdim', bool, False, False), ('dtype', typing.Optional[torch.dtype], None, True)]",
+}
+
+
+@each_operator
+def test_wrapper_is_exported_typed_and_documented(site, op):
     run_python(
         f"""
-        import torch, custom_ops
-        doc = custom_ops.weighted_sum.__doc__
-        assert "weight * input**2" in doc and "Args:" in doc and "Returns:" in doc, doc
-        assert custom_ops.library_path.__doc__
-        devices = ["cpu"] + (["cuda"] if {HAS_GPU} and custom_ops.WITH_CUDA else [])
-        for device in devices:
-            x = torch.randn(4, 5, device=device, requires_grad=True)
-            w = torch.randn(5, device=device, requires_grad=True)
-            y = custom_ops.weighted_sum(x, w)
-            torch.testing.assert_close(y, w * x * x)
-            y.sum().backward()
-            torch.testing.assert_close(x.grad, 2 * w * x)
-            torch.testing.assert_close(w.grad, (x * x).sum(0))
-        print(custom_ops.weighted_sum(torch.tensor([1.0, 2.0, 3.0]), torch.tensor(2.0)).tolist())
-        compiled = torch.compile(custom_ops.weighted_sum, fullgraph=True, backend="aot_eager")
-        x, w = torch.randn(3, 2), torch.randn(2)
-        torch.testing.assert_close(compiled(x, w), w * x * x)
+        import inspect, typing, torch, custom_ops
+        empty = inspect.Parameter.empty
+        expected = {WRAPPER_PARAMETERS[op.name]}
+        f = custom_ops.{op.name}
+        assert "{op.name}" in custom_ops.__all__
+        doc = f.__doc__
+        for part in ["weight * input**2", "Args:", "Returns:"] + [name + ":" for name, *_ in expected]:
+            assert part in doc, (part, doc)
+        hints = typing.get_type_hints(f)
+        assert hints["return"] is torch.Tensor, hints
+        parameters = inspect.signature(f).parameters
+        assert list(parameters) == [name for name, *_ in expected], parameters
+        for name, hint, default, keyword_only in expected:
+            assert hint is None or hints[name] == hint, (name, hints)
+            assert parameters[name].default is default, parameters[name]
+            assert (parameters[name].kind is inspect.Parameter.KEYWORD_ONLY) is keyword_only, parameters[name]
         """,
         site,
     )
 
 
-@pytest.mark.slow
+@each_operator
+def test_wrapper_values_gradients_and_compile(site, op, tmp_path):
+    # Computed in the fresh interpreter, judged here against the composite.
+    saved = tmp_path / "saved.pt"
+    run_python(
+        f"""
+        import torch, custom_ops
+        f = lambda x, w: custom_ops.{op.name}(x, w, *{op.args!r})
+        results = {{}}
+        for device in ["cpu"] + (["cuda"] if {HAS_GPU} and custom_ops.WITH_CUDA else []):
+            x = torch.randn(4, 5, dtype=torch.float64, device=device, requires_grad=True)
+            w = torch.randn(5, dtype=torch.float64, device=device, requires_grad=True)
+            y = f(x, w)
+            y.sum().backward()
+            results[device] = [t.detach().cpu() for t in (x, w, y, x.grad, w.grad)]
+        x, w = torch.randn(3, 7), torch.randn(7)
+        for backend in ("aot_eager", "inductor"):
+            results[backend] = [x, w, torch.compile(f, fullgraph=True, backend=backend)(x, w)]
+        torch.save(results, {str(saved)!r})
+        """,
+        site,
+    )
+    results = torch.load(saved)
+    assert {"cpu", "aot_eager", "inductor"} <= set(results)
+    for key, result in results.items():
+        x, w, y, *grads = result
+        x.requires_grad_(bool(grads))
+        w.requires_grad_(bool(grads))
+        expected = op.composite(x, w, *op.args)
+        torch.testing.assert_close(y, expected.detach(), msg=key)
+        if grads:
+            for grad, expected_grad in zip(grads, torch.autograd.grad(expected.sum(), [x, w])):
+                torch.testing.assert_close(grad, expected_grad, msg=key)
+
+
+def test_weighted_sum_wrapper_takes_a_number_weight(site):
+    result = run_python(
+        """
+        import torch, custom_ops
+        print(custom_ops.weighted_sum(torch.tensor([1.0, 2.0, 3.0]), torch.tensor(2.0)).tolist())
+        print(custom_ops.weighted_sum(torch.tensor([1.0, 2.0, 3.0]), 2.0).tolist())
+        """,
+        site,
+    )
+    assert result.stdout.split() == ["[2.0,", "8.0,", "18.0]"] * 2, result.stdout
+
+
+def test_weighted_square_sum_wrapper_takes_what_torch_sum_takes(site):
+    run_python(
+        f"""
+        import torch, custom_ops
+        f = custom_ops.weighted_square_sum
+        devices = ["cpu"] + (["cuda"] if {HAS_GPU} and custom_ops.WITH_CUDA else [])
+        for device in devices:
+            x = torch.randn(4, 5, 6, dtype=torch.float64, device=device)
+            w = torch.randn(6, dtype=torch.float64, device=device)
+            composite = lambda dim=None, keepdim=False: (w * x.square()).sum(dim, keepdim)
+            torch.testing.assert_close(f(x, w), composite())
+            torch.testing.assert_close(f(x, w, 1), composite(1))  # an int dim
+            torch.testing.assert_close(f(x, w, [0, -1], True), composite([0, -1], True))
+            torch.testing.assert_close(f(x, w, (2,), keepdim=True), composite((2,), True))
+            torch.testing.assert_close(f(x, w, []), composite())
+            out = f(x, w, [1], dtype=torch.float32)
+            assert out.dtype == torch.float32 and out.shape == (4, 6)
+            torch.testing.assert_close(out, composite([1]).float())
+            xh, wh = x.half(), w.half()
+            half = f(xh, wh, -1)
+            assert half.dtype == torch.float16
+            exact = (wh.double() * xh.double().square()).sum(-1)
+            torch.testing.assert_close(half, exact.half(), rtol=2**-10, atol=0)  # one rounding, 1 ulp
+
+            xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+            f(xg, wg, 1).sum().backward()
+            torch.testing.assert_close(xg.grad, 2 * w * x)
+            torch.testing.assert_close(wg.grad, x.square().sum((0, 1)))
+
+        x, w = torch.randn(3, 7), torch.randn(7)
+        for backend in ("aot_eager", "inductor"):
+            compiled = torch.compile(lambda x, w: f(x, w, 1, keepdim=True), fullgraph=True, backend=backend)
+            torch.testing.assert_close(compiled(x, w), (w * x * x).sum(1, keepdim=True))
+        """,
+        site,
+    )
+
+
 def test_out_and_in_place_wrappers_return_the_tensor_they_wrote(site):
     result = run_python(
         """
@@ -179,7 +284,6 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
 def test_dtensor_rules_wait_for_the_program_to_import_dtensor(site):
     code = textwrap.dedent(
@@ -206,7 +310,6 @@ def test_dtensor_rules_wait_for_the_program_to_import_dtensor(site):
     }
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
 def test_dtensor_rules_registered_at_import_when_dtensor_is_loaded_already(site):
     code = textwrap.dedent(
@@ -241,7 +344,6 @@ else:
 """
 
 
-@pytest.mark.slow
 def test_other_torch_version_raises_import_error(site):
     message = run_python(MISMATCH.format(fake="2.10.0+cu128"), site).stdout
     assert "2.10.0+cu128" in message  # the running torch
@@ -249,7 +351,6 @@ def test_other_torch_version_raises_import_error(site):
     assert "pip install --no-build-isolation" in message
 
 
-@pytest.mark.slow
 def test_the_wheel_requires_the_torch_series_it_was_built_against(site):
     # So pip refuses to put it under another torch (scripts/packaging/torch_requirement.py).
     requires = run_python("import importlib.metadata; print(importlib.metadata.requires('custom-ops'))", site).stdout
@@ -257,7 +358,6 @@ def test_the_wheel_requires_the_torch_series_it_was_built_against(site):
     assert f"torch=={series}.*" in requires, requires
 
 
-@pytest.mark.slow
 def test_recorded_version_is_what_is_checked(site, tmp_path):
     # The package as installed, with its recorded torch version edited.
     source = pathlib.Path(
@@ -276,7 +376,6 @@ def test_recorded_version_is_what_is_checked(site, tmp_path):
     assert f"but torch {torch.__version__} is installed" in message
 
 
-@pytest.mark.slow
 def test_second_copy_of_the_library_is_an_import_error(site):
     # Another libcustom_ops.so already registered the operators: importing must not abort the process.
     result = run_python(
@@ -296,7 +395,6 @@ def test_second_copy_of_the_library_is_an_import_error(site):
     assert "already registered" in result.stdout
 
 
-@pytest.mark.slow
 def test_library_does_not_link_python(site):
     library = pathlib.Path(
         run_python("import custom_ops; print(custom_ops.library_path())", site).stdout.strip().splitlines()[-1]
@@ -305,3 +403,130 @@ def test_library_does_not_link_python(site):
     needed = [line.split("[", 1)[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line]
     assert "libtorch.so" in needed or "libtorch_cpu.so" in needed, needed
     assert not [name for name in needed if "python" in name], needed
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
+def test_dtensor_rules_registered_with_the_package(site):
+    # A 1-rank gloo group: DTensor raises "no sharding strategy registered" without the rule.
+    result = run_python(
+        """
+        import json, torch, custom_ops
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        mesh = init_device_mesh("cpu", (1,))
+        x, w = torch.randn(4, 6), torch.randn(6)
+        xd, wd = distribute_tensor(x, mesh, [Shard(0)]), distribute_tensor(w, mesh, [Replicate()])
+        summed = custom_ops.weighted_square_sum(xd, wd, 0)
+        kept = custom_ops.weighted_square_sum(xd, wd, 1)
+        torch.testing.assert_close(summed.full_tensor(), (w * x.square()).sum(0))
+        torch.testing.assert_close(kept.full_tensor(), (w * x.square()).sum(1))
+        print(json.dumps({"registered": custom_ops.sharding.is_registered(),
+                          "summed": str(list(summed.placements)), "kept": str(list(kept.placements))}))
+        dist.destroy_process_group()
+        """,
+        site,
+    )
+    # Partial from the sharded summed dim 0 (1 rank: no reduction needed to read it), Shard kept.
+    assert report(result) == {"registered": True, "summed": "[Partial(sum)]", "kept": "[Shard(dim=0)]"}
+
+
+# --------------------------------------------------------------------------- Inductor
+
+
+def compile_and_report(op):
+    """Source that compiles relu(op(a + b, w)) * 3 and prints whether the generated code calls the
+    op, and the cache hits."""
+    return f"""
+import json, torch
+from torch._inductor.utils import run_and_get_code
+def model(a, b, w):
+    return torch.relu({op.source("a + b", "w")}) * 3
+a, b, w = torch.randn(8, 5), torch.randn(8, 5), torch.randn(5)
+result, code = run_and_get_code(torch.compile(model, fullgraph=True), a, b, w)
+torch.testing.assert_close(result, model(a, b, w), **({{"rtol": 0, "atol": 0}} if {op.bitwise} else {{}}))
+from torch._dynamo.utils import counters
+print(json.dumps({{"calls_op": "custom.{op.name}" in "\\n".join(code),
+                  "fx_cache_hits": counters["inductor"]["fxgraph_cache_hit"],
+                  "aot_cache_hits": counters["aot_autograd"]["autograd_cache_hit"]}}))
+"""
+
+
+def test_import_does_not_import_inductor_or_dynamo(site):
+    result = run_python(
+        """
+        import sys, json, torch
+        before = {m for m in ("torch._inductor", "torch._dynamo") if m in sys.modules}
+        import custom_ops
+        after = sorted(m for m in ("torch._inductor", "torch._dynamo", "torch._inductor.decomposition")
+                       if m in sys.modules)
+        print(json.dumps({"before": sorted(before), "after": after,
+                          "enabled": custom_ops.inductor_decomposition_enabled()}))
+        """,
+        site,
+    )
+    assert report(result) == {"before": [], "after": [], "enabled": True}
+
+
+@each_operator
+def test_import_after_a_compile_still_decomposes(site, op):
+    result = run_python(
+        "import torch\n"
+        "torch.compile(lambda x: x.sin() + 1, fullgraph=True)(torch.randn(4))\n"  # Inductor loaded, table cached
+        "import custom_ops\n" + compile_and_report(op),
+        site,
+    )
+    assert report(result)["calls_op"] is False
+
+
+@pytest.mark.parametrize("how", ["default", "function", "environment"])
+@each_operator
+def test_package_decomposes_unless_opted_out(site, op, how, monkeypatch):
+    setup = "import custom_ops\n"
+    if how == "function":
+        setup += "custom_ops.set_inductor_decomposition(False)\n"
+    elif how == "environment":
+        monkeypatch.setenv("CUSTOM_OPS_INDUCTOR_DECOMPOSE", "0")
+        setup += "assert not custom_ops.inductor_decomposition_enabled()\n"
+    assert report(run_python(setup + compile_and_report(op), site))["calls_op"] is (how != "default")
+
+
+@each_operator
+def test_toggling_in_one_process(site, op):
+    result = run_python(
+        f"""
+        import json, torch, custom_ops
+        from torch._inductor.utils import run_and_get_code
+        f = lambda x, w: torch.relu({op.source("x", "w")})
+        x, w = torch.randn(6, 3), torch.randn(3)
+        seen = []
+        for enabled in (True, False, True):
+            custom_ops.set_inductor_decomposition(enabled)
+            torch._dynamo.reset()
+            _, code = run_and_get_code(torch.compile(f, fullgraph=True), x, w)
+            seen.append("custom.{op.name}" in "\\n".join(code))
+        print(json.dumps(seen))
+        """,
+        site,
+    )
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [False, True, False]
+
+
+@each_operator
+def test_on_disk_cache_does_not_cross_states(site, op, tmp_path, monkeypatch):
+    # Two processes sharing one Inductor cache directory: the second, with the decomposition off,
+    # must not be served the first one's fused code (and a third, on again, hits the cache).
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+    monkeypatch.setenv("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+    monkeypatch.setenv("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
+    on = "import custom_ops\n" + compile_and_report(op)
+    first = report(run_python(on, site))
+    monkeypatch.setenv("CUSTOM_OPS_INDUCTOR_DECOMPOSE", "0")
+    off = report(run_python(on, site))
+    monkeypatch.delenv("CUSTOM_OPS_INDUCTOR_DECOMPOSE")
+    again = report(run_python(on, site))
+    assert first["calls_op"] is False
+    assert off["calls_op"] is True
+    assert again["calls_op"] is False
+    assert again["fx_cache_hits"] + again["aot_cache_hits"] >= 1  # the cache works, it only keys the state
