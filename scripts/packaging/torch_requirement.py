@@ -52,6 +52,14 @@ def torch_range() -> Requirement:
     return requirement
 
 
+def outside_range(version: str, release: str | None = None) -> str | None:
+    """Why torch `version` does not fit (release X.Y.Z when given, else the range); None if it fits."""
+    if release is not None:
+        return None if Version(version).base_version == release else f"has torch {version}, not {release}"
+    fits = torch_range().specifier.contains(Version(version).base_version)
+    return None if fits else f"has torch {version}, outside {torch_range_text()}"
+
+
 def oldest_torch() -> str:
     (lowest,) = (Version(spec.version) for spec in torch_range().specifier if spec.operator == ">=")
     return f"{lowest.major}.{lowest.minor}.{lowest.micro}"
@@ -106,7 +114,7 @@ def require_torch() -> dict:
             f"custom-ops: no torch to build against in {sys.executable}: install torch first "
             f"(pip install '{spec}'), then pip install . (python -m build: add --no-isolation)"
         )
-    if not torch_range().specifier.contains(Version(facts["version"]).base_version):
+    if outside_range(facts["version"]):
         sys.exit(f"custom-ops: supports {spec}; {facts['python']} has torch {facts['version']}")
     return facts
 
@@ -132,12 +140,9 @@ def check(release: str | None, extras: list[str]) -> int:
     except ImportError:
         print("has no torch")
         return 1
-    version = Version(torch.__version__)
-    if release is not None and version.base_version != release:
-        print(f"has torch {torch.__version__}, not {release}")
-        return 1
-    if release is None and not torch_range().specifier.contains(version.base_version):
-        print(f"has torch {torch.__version__}, outside {torch_range_text()}")
+    reason = outside_range(torch.__version__, release)
+    if reason:
+        print(reason)
         return 1
     for name in extras:
         for requirement in missing(extra(name)):
