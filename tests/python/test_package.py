@@ -71,7 +71,9 @@ def test_import_loads_the_bundled_library(site):
     assert library.name == "libcustom_ops.so"
     assert info["loaded"] == [str(library)]
     version = (REPO / "CMakeLists.txt").read_text().split("project(CustomOps VERSION ", 1)[1].split()[0]
-    assert info["version"] == info["dist_version"] == version
+    series = ".".join(torch.__version__.split(".")[:2])
+    assert info["version"] == info["dist_version"]
+    assert re.fullmatch(rf"{re.escape(version)}\+torch{re.escape(series)}\.(cpu|cu\d+)", info["version"])
     assert torch.__version__.startswith(info["torch_version"])
     assert isinstance(info["with_cuda"], bool)
     assert info["library_path_documented"]
