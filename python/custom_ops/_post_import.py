@@ -4,9 +4,10 @@
 (``torch._inductor.decomposition``, seconds to import) only once the program loads Inductor; torch
 has no hook of its own for that. One finder at the front of ``sys.meta_path``, there only while a
 watched module is still to be imported, holds ``{module name: [functions]}`` (as wrapt's
-post-import hooks do): for a watched name it asks the finders behind it for the spec, wraps the
-spec's loader, and calls the functions right after the module's code has run. It relies only on
-importlib's ``find_spec``/``exec_module`` protocol, nothing of torch's.
+post-import hooks do): for a watched name it asks the other finders for the spec (an in-progress
+guard keeps it from asking itself), wraps the spec's loader, and calls the functions right after
+the module's code has run. It relies only on importlib's ``find_spec``/``exec_module`` protocol,
+nothing of torch's.
 """
 
 from __future__ import annotations
@@ -42,18 +43,19 @@ def when_imported(name: str, function: Callable[[], None]) -> None:
 
 class _Finder(importlib.abc.MetaPathFinder):
     def __init__(self):
-        # Names this thread is finding a spec for: find_spec asks sys.meta_path, which holds us.
-        self._finding = threading.local()
+        # The names this thread is finding a spec for: the in-progress guard, as find_spec asks
+        # sys.meta_path, this finder included, again.
+        self._in_progress = threading.local()
 
     def find_spec(self, fullname, path, target=None):
-        finding = self._finding.__dict__.setdefault("names", set())
-        if fullname not in _watches or fullname in finding:
+        in_progress = vars(self._in_progress)
+        if fullname not in _watches or fullname in in_progress:
             return None
-        finding.add(fullname)
+        in_progress[fullname] = True
         try:
             spec = importlib.util.find_spec(fullname)  # the spec the import would get without us
         finally:
-            finding.discard(fullname)
+            del in_progress[fullname]
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec  # not found, a namespace package or a legacy loader: nothing to wrap
         spec.loader = _CallAfterExec(spec.loader)
