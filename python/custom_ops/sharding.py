@@ -1,8 +1,9 @@
 """DTensor sharding rules for the `custom` operators.
 
-Opt-in: ``import custom_ops.sharding`` registers them (and imports DTensor, about two seconds),
-as ``import custom_ops.onnx`` does the ONNX export; ``import custom_ops`` alone neither imports
-DTensor nor watches for it. Then ``torch.ops.custom.weighted_sum`` and ``weighted_square_sum`` run on
+Opt-in: ``import custom_ops.sharding`` registers them (and imports DTensor, about two seconds;
+on a torch without DTensor it registers nothing, see :func:`is_registered`), as
+``import custom_ops.onnx`` does the ONNX export; ``import custom_ops`` alone neither imports DTensor
+nor watches for it. Then ``torch.ops.custom.weighted_sum`` and ``weighted_square_sum`` run on
 :class:`torch.distributed.tensor.DTensor` arguments, forward and backward: DTensor runs the op on
 each rank's local shards, and redistributes an argument only when no rule below accepts its
 placement. The rules are registered with torch's own API,
