@@ -5,9 +5,10 @@
     options: --device cpu|cuda (default: cuda with nccl when every rank has a GPU, else cpu with gloo)
              --library PATH    (default: $CUSTOM_OPS_LIBRARY, else build/libcustom_ops.so in this checkout)
 
-Each rank loads the operator library and registers the operators' DTensor sharding rules
-(custom_ops.sharding.register(); imported from python/custom_ops/sharding.py in this checkout,
-else from the installed custom_ops package). Then, on a 1-D mesh of all ranks, rank 0 prints for
+Each rank loads the operator library and registers the operators' DTensor sharding rules: in a
+program of yours, `import custom_ops.sharding` does both; in this checkout, where the package is
+not built, the library is loaded by path and python/custom_ops/sharding.py imported by path and
+its register() called. Then, on a 1-D mesh of all ranks, rank 0 prints for
 a few placements of input (batch, features) and weight (features,) the output's and the
 gradients' placements and the collectives that ran, and every rank checks the values against
 the same computation on full tensors.
@@ -42,7 +43,8 @@ def load_library(library: str | None) -> str:
 
 
 def load_sharding():
-    """custom_ops.sharding, from this checkout's sources (the package there is not built), else installed."""
+    """custom_ops.sharding, from this checkout's sources (the package there is not built), else
+    installed (its import registers the rules; register() again returns True)."""
     if SHARDING_SOURCE.is_file():
         spec = importlib.util.spec_from_file_location("_custom_ops_sharding", SHARDING_SOURCE)
         module = importlib.util.module_from_spec(spec)

@@ -4,7 +4,9 @@ Importing this package loads the bundled libcustom_ops.so into the process (torc
 which registers torch.ops.custom.weighted_sum and its variants, and
 torch.ops.custom.weighted_square_sum, with the dispatcher: after
 ``import custom_ops`` they work eagerly, under autograd, torch.compile, torch.export, TorchScript
-and AOTInductor, on CPU and (when built with CUDA kernels) on CUDA.
+and AOTInductor, on CPU and (when built with CUDA kernels) on CUDA. Two parts are opt-in, each
+by importing it: ``custom_ops.sharding`` (DTensor sharding rules) and ``custom_ops.onnx`` (ONNX
+export).
 
 The library is C++ against libtorch's ABI, which changes between torch releases: the package only
 imports under the torch version it was built against (ImportError otherwise). Build it against the
@@ -194,7 +196,7 @@ def weighted_square_sum(
     Differentiable with respect to both arguments (reverse and forward mode; the backward is
     ``custom::weighted_sum_backward`` of the grad broadcast over the summed dimensions), works
     under ``torch.vmap``, is traceable by torch.compile (fullgraph, dynamic shapes), torch.export
-    and AOTInductor, and runs on DTensors (see ``custom_ops.sharding``). Same as
+    and AOTInductor, and runs on DTensors after ``import custom_ops.sharding``. Same as
     ``torch.ops.custom.weighted_square_sum(input, weight, dim, keepdim, dtype=dtype)``.
 
     Example::
@@ -236,24 +238,3 @@ def inductor_decomposition_enabled() -> bool:
 from . import _inductor, _post_import  # noqa: E402  (cheap: torch._inductor is imported only by a compile)
 
 _inductor.install(__version__, _post_import.when_imported)
-
-# DTensor sharding rules, so the op runs on tensors sharded with torch.distributed. Importing
-# DTensor costs about 2 s, so the rules are registered when the program imports
-# torch.distributed.tensor itself (now, if it already has); sharding.py alone is light.
-from . import sharding  # noqa: E402
-
-
-def _register_sharding_rules() -> None:
-    try:
-        sharding.register()
-    except Exception as error:  # an error here would fail the user's own import of DTensor
-        import warnings
-
-        warnings.warn(
-            f"custom_ops: the DTensor sharding rules were not registered ({error}); "
-            "call custom_ops.sharding.register() to retry",
-            stacklevel=2,
-        )
-
-
-_post_import.when_imported("torch.distributed.tensor", _register_sharding_rules)

@@ -179,9 +179,10 @@ def _update_cache_key_tag() -> None:
 
 
 def install(version: str, when_imported: Callable[[str, Callable[[], None]], None] | None = None) -> None:
-    """Called once by `import custom_ops`, with _post_import.when_imported: registers now if
-    Inductor's decomposition module is loaded, else when it is imported. Without `when_imported`
-    (this file loaded on its own, by path) that module is imported now."""
+    """Called by `import custom_ops` (again by a reload: the watch stays one), with
+    _post_import.when_imported: registers now if Inductor's decomposition module is loaded, else
+    when it is imported. Without `when_imported` (this file loaded on its own, by path) that module
+    is imported now."""
     global _version
     with _lock:
         _version = version

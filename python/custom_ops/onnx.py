@@ -1,11 +1,12 @@
 """ONNX export of the `custom` operators, in standard ONNX ops (Cast, Mul, ReduceSum).
 
-Optional: needs onnxscript (not a dependency of custom_ops). ``import custom_ops.onnx`` registers
-the translation with onnxscript's torch_lib registry, which ``torch.onnx.export(..., dynamo=True)``
-reads, so models that call the op export with no extra argument; ``translation_table()`` gives it
-for ``custom_translation_table=``. The deprecated TorchScript exporter (``dynamo=False``) gets a
-symbolic as well. Only the functional overloads export (use the op, not out= or in place, in models
-to export).
+Opt-in, with the ``onnx`` extra (``pip install 'custom-ops[onnx]'``: onnx, onnxscript and, to run
+the models, onnxruntime). ``import custom_ops.onnx`` registers the translation with onnxscript's
+torch_lib registry, which ``torch.onnx.export(..., dynamo=True)`` reads, so models that call the
+op export with no extra argument; ``translation_table()`` gives it for
+``custom_translation_table=``. The deprecated TorchScript exporter (``dynamo=False``) gets a
+symbolic as well. Only the functional overloads export (use the op, not out= or in place, in
+models to export).
 
 The translation follows the op's dtype rules: the result dtype is torch.result_type(input, weight)
 (a 0-dim operand does not promote a dimensioned one of its category), each operand is cast to it,
@@ -18,14 +19,22 @@ its values agree with the op's to a few roundings of the accumulation dtype, not
 
 from __future__ import annotations
 
-import numpy as np
-import onnx
 import torch
-from onnxscript import opset18 as op
-from onnxscript.function_libs.torch_lib.registration import torch_op
 from torch.onnx import symbolic_helper
 
 import custom_ops  # noqa: F401  (loads the operators)
+
+try:
+    import numpy as np
+    import onnx
+    from onnxscript import opset18 as op
+    from onnxscript.function_libs.torch_lib.registration import torch_op
+except ModuleNotFoundError as error:
+    if error.name is None or error.name.split(".")[0] not in ("numpy", "onnx", "onnxscript"):
+        raise  # something else is broken: its own message says what
+    raise ImportError(
+        "custom_ops.onnx needs onnx and onnxscript (and onnxruntime to run models): pip install 'custom-ops[onnx]'"
+    ) from None
 
 __all__ = ["translation_table"]
 

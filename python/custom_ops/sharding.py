@@ -1,6 +1,9 @@
 """DTensor sharding rules for the `custom` operators.
 
-After :func:`register`, ``torch.ops.custom.weighted_sum`` runs on
+Opt-in: ``import custom_ops.sharding`` registers them (and imports DTensor, about two seconds;
+on a torch without DTensor it registers nothing, see :func:`is_registered`), as
+``import custom_ops.onnx`` does the ONNX export; ``import custom_ops`` alone neither imports DTensor
+nor watches for it. Then ``torch.ops.custom.weighted_sum`` and ``weighted_square_sum`` run on
 :class:`torch.distributed.tensor.DTensor` arguments, forward and backward: DTensor runs the op on
 each rank's local shards, and redistributes an argument only when no rule below accepts its
 placement. The rules are registered with torch's own API,
@@ -56,10 +59,10 @@ on DTensors raise DTensor's "no sharding strategy registered" error.
 
 Usage::
 
-    import torch
-    torch.ops.load_library("libcustom_ops.so")  # or: import custom_ops
-    from custom_ops import sharding             # or this file, imported by path
-    sharding.register()
+    import custom_ops.sharding  # loads the operators, registers the rules
+
+With the library loaded by ``torch.ops.load_library`` instead, import this file by path and call
+:func:`register`.
 """
 
 from __future__ import annotations
@@ -305,3 +308,9 @@ def _weighted_square_sum_sharding(input, weight, dim=None, keepdim=False, *, dty
     for op in _partial_ops_of(weight):
         rules.append(([Partial(op)], [Replicate(), Partial(op), *no_tensor]))
     return rules
+
+
+# `import custom_ops.sharding` is the opt-in: its parent package has loaded the operators. Loaded by
+# path (this checkout's tests and example), the file waits for register().
+if __package__ == "custom_ops":
+    register()

@@ -1,7 +1,7 @@
 """What the DTensor tests share: custom_ops.sharding under test, and a run of cases on 2 ranks.
 
-Not a test module: test_dtensor_rules.py, test_dtensor_sharding.py and their weighted_square_sum
-twins import it (pytest puts this directory on sys.path).
+Not a test module: test_dtensor_rules.py and test_dtensor_sharding.py import it (pytest puts this
+directory on sys.path).
 
   load_sharding / fresh_sharding_module   the sharding module: installed, else from the sources
   spec, P                                 what a rule is called with, without a process group
@@ -48,7 +48,8 @@ WORLD_SIZE = 2
 
 
 def load_sharding():
-    """custom_ops.sharding from the installed package, else from this checkout's sources."""
+    """custom_ops.sharding from the installed package (its import registers the rules), else from
+    this checkout's sources."""
     try:
         from custom_ops import sharding
 

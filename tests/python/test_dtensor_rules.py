@@ -1,12 +1,17 @@
-"""custom_ops.sharding in one process: register() and the sharding rules' placement lists.
+"""custom_ops.sharding in one process: register() and the rules' placement lists.
 
-The rules are plain functions of the arguments' shapes and placements, checked here without a
-process group; test_dtensor_sharding.py runs them on 2 ranks.
+The rules are plain functions of the arguments' shapes and placements (and of weighted_square_sum's
+dim and keepdim), checked here without a process group; test_dtensor_sharding.py runs them on 2
+ranks. What every forward rule does alike (operands lined up right-aligned, Partial only through
+the weight) is checked for each operator of FORWARD_RULES; what is one operator's own (the
+backward's gradients, the summed dims' Partial) by tests named for it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from typing import Callable
 
 import pytest
 import torch
@@ -16,6 +21,8 @@ from dtensor_harness import P, fresh_sharding_module, spec
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="needs torch.distributed")
 
+NO_TENSOR = [None, None, None]  # weighted_square_sum's dim, keepdim, dtype
+
 
 @pytest.fixture(scope="module")
 def sharding():
@@ -23,21 +30,74 @@ def sharding():
 
 
 # ---------------------------------------------------------------------------------------------
-# register()
+# The operators
 # ---------------------------------------------------------------------------------------------
 
 
-def test_register_is_idempotent_and_reaches_dtensor(sharding):
-    from torch.distributed.tensor import DTensor
+@dataclasses.dataclass(frozen=True)
+class ForwardRule:
+    name: str
+    # (sharding module, input spec, weight spec) -> the rule's list, each entry (out, [input, weight])
+    rules: Callable
+    # the output's placement when broadcast dim d of an n-dim broadcast shape is sharded
+    sharded_out: Callable[[int, int], object]
 
+
+def _square_sum_over_last_dim(sharding, x, w):
+    rules = sharding._weighted_square_sum_sharding(x, w, [-1])
+    assert all(inputs[2:] == NO_TENSOR for _out, inputs in rules), rules
+    return [(out, inputs[:2]) for out, inputs in rules]
+
+
+def _summed_over_last_dim(d, n):
+    Shard, _R, Partial = P()
+    return Partial("sum") if d == n - 1 else Shard(d)
+
+
+FORWARD_RULES = [
+    ForwardRule("weighted_sum", lambda s, x, w: s._weighted_sum_sharding(x, w), lambda d, n: P()[0](d)),
+    ForwardRule("weighted_square_sum", _square_sum_over_last_dim, _summed_over_last_dim),
+]
+
+# Every operator with rules -> the index of its first non-tensor argument, which DTensor's sharding
+# cache must hash (None: it has none), and the keyword arguments it must hash.
+REGISTERED = {
+    "weighted_sum": (None, ()),
+    "weighted_sum_backward": (3, ()),  # output_mask
+    "weighted_square_sum": (2, ("dtype",)),  # dim, keepdim; dtype is keyword-only
+}
+
+
+def forward_rules():
+    return pytest.mark.parametrize("op", FORWARD_RULES, ids=[op.name for op in FORWARD_RULES])
+
+
+# ---------------------------------------------------------------------------------------------
+# register() (`import custom_ops.sharding` calls it: test_library_loading.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_register_is_idempotent(sharding):
     assert sharding.register() is True
     assert sharding.is_registered()
     assert sharding.register() is True
+
+
+@pytest.mark.parametrize("name", REGISTERED)
+def test_register_reaches_dtensor_and_hashes_the_non_tensor_arguments(sharding, name):
+    from torch.distributed.tensor import DTensor
+
+    assert sharding.register() is True
     propagator = DTensor._op_dispatcher.sharding_propagator
-    for op in (torch.ops.custom.weighted_sum.default, torch.ops.custom.weighted_sum_backward.default):
-        assert op in propagator.op_strategy_funcs
-    # output_mask (argument 3) is part of the sharding cache key.
-    assert propagator.op_to_schema_info[torch.ops.custom.weighted_sum_backward.default].static_argnum <= 3
+    op = getattr(torch.ops.custom, name).default
+    assert op in propagator.op_strategy_funcs
+    first, keywords = REGISTERED[name]
+    if first is not None:
+        # register_sharding alone would start at the first *int* argument (weighted_square_sum's
+        # keyword dtype), or at none (the backward's bool[2] output_mask).
+        info = propagator.op_to_schema_info[op]
+        assert info.static_argnum <= first
+        assert set(keywords) <= set(info.static_kwargkey or [])
 
 
 def test_register_without_torch_distributed_does_nothing(monkeypatch):
@@ -54,75 +114,85 @@ def test_register_without_dtensor_does_nothing(monkeypatch):
     assert not module.is_registered()
 
 
-def test_register_needs_the_operators(monkeypatch):
+@pytest.mark.parametrize("name", REGISTERED)
+def test_register_needs_each_operator(monkeypatch, name):
     module = fresh_sharding_module()
-    monkeypatch.setattr(module, "_OPERATORS", ("custom::weighted_sum", "custom::no_such_operator"))
+    assert f"custom::{name}" in module._OPERATORS
+    others = tuple(op if op != f"custom::{name}" else "custom::no_such_operator" for op in module._OPERATORS)
+    monkeypatch.setattr(module, "_OPERATORS", others)
     with pytest.raises(RuntimeError, match="custom::no_such_operator is not registered"):
         module.register()
     assert not module.is_registered()
 
 
 # ---------------------------------------------------------------------------------------------
-# The forward rule
+# Every forward rule
 # ---------------------------------------------------------------------------------------------
 
 
-def test_forward_same_shape(sharding):
+@forward_rules()
+def test_same_shape(sharding, op):
     Shard, R, _Partial = P()
-    rules = sharding._weighted_sum_sharding(spec((4, 6), R), spec((4, 6), R))
-    assert rules == [
+    assert op.rules(sharding, spec((4, 6), R), spec((4, 6), R)) == [
         ([R], [R, R]),
-        ([Shard(0)], [Shard(0), Shard(0)]),
-        ([Shard(1)], [Shard(1), Shard(1)]),
+        ([op.sharded_out(0, 2)], [Shard(0), Shard(0)]),
+        ([op.sharded_out(1, 2)], [Shard(1), Shard(1)]),
     ]
 
 
-def test_forward_broadcast_weight_lines_up_right_aligned(sharding):
+@forward_rules()
+def test_broadcast_operands_line_up_right_aligned(sharding, op):
     Shard, R, _Partial = P()
     # weight (C,): its dim 0 is output dim 1; along output dim 0 it is broadcast (replicated).
-    rules = sharding._weighted_sum_sharding(spec((4, 6), R), spec((6,), R))
-    assert ([Shard(0)], [Shard(0), R]) in rules
-    assert ([Shard(1)], [Shard(1), Shard(0)]) in rules
+    rules = op.rules(sharding, spec((4, 6), R), spec((6,), R))
+    assert ([op.sharded_out(0, 2)], [Shard(0), R]) in rules
+    assert ([op.sharded_out(1, 2)], [Shard(1), Shard(0)]) in rules
     # weight (4, 1) against input (2, 4, 6): dims 0, 1 are output dims 1, 2; dim 1 is size-1.
-    rules = sharding._weighted_sum_sharding(spec((2, 4, 6), R), spec((4, 1), R))
-    assert rules == [
+    assert op.rules(sharding, spec((2, 4, 6), R), spec((4, 1), R)) == [
         ([R], [R, R]),
-        ([Shard(0)], [Shard(0), R]),
-        ([Shard(1)], [Shard(1), Shard(0)]),
-        ([Shard(2)], [Shard(2), R]),
+        ([op.sharded_out(0, 3)], [Shard(0), R]),
+        ([op.sharded_out(1, 3)], [Shard(1), Shard(0)]),
+        ([op.sharded_out(2, 3)], [Shard(2), R]),
     ]
+    # the input the broadcast one
+    rules = op.rules(sharding, spec((6,), R), spec((4, 6), R))
+    assert ([op.sharded_out(0, 2)], [R, Shard(0)]) in rules
+    assert ([op.sharded_out(1, 2)], [Shard(0), Shard(1)]) in rules
 
 
-def test_forward_never_shards_a_size_one_broadcast_dim(sharding):
+@forward_rules()
+def test_never_shards_a_size_one_broadcast_dim(sharding, op):
     Shard, R, _Partial = P()
-    rules = sharding._weighted_sum_sharding(spec((4, 6), R), spec((1, 6), R))
-    assert ([Shard(0)], [Shard(0), R]) in rules
-    assert all(inputs[1] != Shard(0) or out == [Shard(1)] for out, inputs in rules)
+    rules = op.rules(sharding, spec((4, 6), R), spec((1, 6), R))
+    assert ([op.sharded_out(0, 2)], [Shard(0), R]) in rules
+    assert Shard(0) not in [inputs[1] for _out, inputs in rules]
     # the input broadcast instead
-    rules = sharding._weighted_sum_sharding(spec((1, 6), R), spec((4, 6), R))
-    assert ([Shard(0)], [R, Shard(0)]) in rules
+    rules = op.rules(sharding, spec((1, 6), R), spec((4, 6), R))
+    assert ([op.sharded_out(0, 2)], [R, Shard(0)]) in rules
+    assert Shard(0) not in [inputs[0] for _out, inputs in rules]
 
 
-def test_forward_zero_dim_arguments(sharding):
+@forward_rules()
+def test_zero_dim_arguments(sharding, op):
     Shard, R, _Partial = P()
-    assert sharding._weighted_sum_sharding(spec((), R), spec((), R)) == [([R], [R, R])]
-    assert sharding._weighted_sum_sharding(spec((5,), R), spec((), R)) == [([R], [R, R]), ([Shard(0)], [Shard(0), R])]
+    assert op.rules(sharding, spec((), R), spec((), R)) == [([R], [R, R])]
+    assert op.rules(sharding, spec((5,), R), spec((), R)) == [([R], [R, R]), ([op.sharded_out(0, 1)], [Shard(0), R])]
 
 
-def test_forward_partial_only_through_weight(sharding):
+@forward_rules()
+def test_partial_only_through_weight(sharding, op):
     _Shard, R, Partial = P()
-    rules = sharding._weighted_sum_sharding(spec((4, 6), R), spec((6,), Partial("avg")))
+    rules = op.rules(sharding, spec((4, 6), R), spec((6,), Partial("avg")))
     assert ([Partial("avg")], [R, Partial("avg")]) in rules
-    # not linear in the input: no rule keeps a Partial input
-    rules = sharding._weighted_sum_sharding(spec((4, 6), Partial()), spec((6,), R))
-    assert all(not isinstance(p, Partial) for out, inputs in rules for p in out + inputs)
-    # a reduction that does not distribute over the product is redistributed
-    rules = sharding._weighted_sum_sharding(spec((4, 6), R), spec((6,), Partial("max")))
-    assert all(not isinstance(p, Partial) for out, inputs in rules for p in out + inputs)
+    replicated = op.rules(sharding, spec((4, 6), R), spec((6,), R))
+    # not linear in the input: a Partial input gets only the rules of a replicated one
+    assert op.rules(sharding, spec((4, 6), Partial()), spec((6,), R)) == replicated
+    # a reduction that does not distribute over the product (and sum) is redistributed
+    assert op.rules(sharding, spec((4, 6), R), spec((6,), Partial("max"))) == replicated
 
 
 # ---------------------------------------------------------------------------------------------
-# The backward rule
+# weighted_sum_backward's rule
 # ---------------------------------------------------------------------------------------------
 
 
@@ -163,3 +233,73 @@ def test_backward_linear_in_grad_and_in_weight(sharding):
         spec((4, 6), R), spec((4, 6), Partial()), spec((6,), R), [True, True]
     )
     assert all(not isinstance(p, Partial) for out, inputs in rules for p in inputs if p is not None)
+
+
+# ---------------------------------------------------------------------------------------------
+# weighted_square_sum's rule: which dims are summed
+# ---------------------------------------------------------------------------------------------
+
+
+def square_sum_rule(sharding, x_shape, w_shape, *args, x_placement=None, w_placement=None, **kwargs):
+    _Shard, R, _Partial = P()
+    return sharding._weighted_square_sum_sharding(
+        spec(x_shape, x_placement or R), spec(w_shape, w_placement or R), *args, **kwargs
+    )
+
+
+def test_square_sum_summed_dim_gives_partial_sum_kept_dim_stays_sharded(sharding):
+    Shard, R, Partial = P()
+    assert square_sum_rule(sharding, (4, 6), (4, 6), [1]) == [
+        ([R], [R, R, *NO_TENSOR]),
+        ([Shard(0)], [Shard(0), Shard(0), *NO_TENSOR]),  # kept: out dim 0
+        ([Partial("sum")], [Shard(1), Shard(1), *NO_TENSOR]),  # summed: each rank its own columns
+    ]
+    assert square_sum_rule(sharding, (4, 6), (4, 6), [0]) == [
+        ([R], [R, R, *NO_TENSOR]),
+        ([Partial("sum")], [Shard(0), Shard(0), *NO_TENSOR]),
+        ([Shard(0)], [Shard(1), Shard(1), *NO_TENSOR]),  # input dim 1 is output dim 0
+    ]
+    # summed over the dim only the weight has (the input the broadcast one)
+    rules = square_sum_rule(sharding, (6,), (4, 6), [0])
+    assert ([Partial("sum")], [R, Shard(0), *NO_TENSOR]) in rules
+    assert ([Shard(0)], [Shard(0), Shard(1), *NO_TENSOR]) in rules
+    # summed over the size-1 dim of the weight
+    rules = square_sum_rule(sharding, (4, 6), (1, 6), [0])
+    assert ([Partial("sum")], [Shard(0), R, *NO_TENSOR]) in rules
+
+
+def test_square_sum_kept_dim_position_counts_the_summed_dims_before_it(sharding):
+    Shard, R, Partial = P()
+    # (2, 4, 6, 8) summed over dims 0 and 2: dims 1 and 3 are output dims 0 and 1.
+    rules = square_sum_rule(sharding, (2, 4, 6, 8), (8,), [0, -2])
+    assert rules == [
+        ([R], [R, R, *NO_TENSOR]),
+        ([Partial("sum")], [Shard(0), R, *NO_TENSOR]),
+        ([Shard(0)], [Shard(1), R, *NO_TENSOR]),
+        ([Partial("sum")], [Shard(2), R, *NO_TENSOR]),
+        ([Shard(1)], [Shard(3), Shard(0), *NO_TENSOR]),
+    ]
+    # keepdim: every dim keeps its position.
+    rules = square_sum_rule(sharding, (2, 4, 6, 8), (8,), [0, -2], True)
+    assert ([Shard(1)], [Shard(1), R, *NO_TENSOR]) in rules
+    assert ([Shard(3)], [Shard(3), Shard(0), *NO_TENSOR]) in rules
+    assert ([Partial("sum")], [Shard(2), R, *NO_TENSOR]) in rules
+
+
+def test_square_sum_every_dim_summed_by_default(sharding):
+    Shard, R, Partial = P()
+    for args, kwargs in (((), {}), ((None,), {}), (([],), {}), (([], True), {"dtype": torch.float64})):
+        rules = square_sum_rule(sharding, (4, 6), (6,), *args, **kwargs)
+        assert rules == [
+            ([R], [R, R, *NO_TENSOR]),
+            ([Partial("sum")], [Shard(0), R, *NO_TENSOR]),
+            ([Partial("sum")], [Shard(1), Shard(0), *NO_TENSOR]),
+        ], (args, kwargs)
+    rules = square_sum_rule(sharding, (4, 6), (6,), None, w_placement=Partial("sum"))
+    assert ([Partial("sum")], [R, Partial("sum"), *NO_TENSOR]) in rules
+
+
+def test_square_sum_zero_dim_shape_with_any_dim(sharding):
+    _Shard, R, _Partial = P()
+    for dim in (None, [0], [-1]):
+        assert square_sum_rule(sharding, (), (), dim) == [([R], [R, R, *NO_TENSOR])]

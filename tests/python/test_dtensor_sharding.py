@@ -1,20 +1,31 @@
-"""custom::weighted_sum on DTensors: the sharding rules of custom_ops.sharding, on 2 ranks.
+"""The `custom` operators on DTensors: custom_ops.sharding's rules, on 2 ranks, operator by operator.
 
-One test spawns 2 processes (gloo on CPU; the CUDA variant nccl on 2 GPUs) that run every case
-and report back, so process start-up is paid once (dtensor_harness.run_on_ranks). For each pair
-of placements of input and weight among Shard(0), Shard(1), Replicate() and Partial() on a 1-D
-mesh of 2, and for several broadcast shapes, a case checks that
+One test per operator and backend spawns 2 processes (gloo on CPU; nccl on 2 GPUs) that set up one
+process group and run every case of that operator, then report back, so process start-up is paid
+once (dtensor_harness.run_on_ranks). For each pair of placements of input and weight among
+Shard(0), Shard(1), Replicate() and Partial() on a 1-D mesh of 2, and for several broadcast
+shapes, a case checks that
 
-  * the forward, and the gradients of input and weight (autograd through the op's backward
-    operator, on DTensors), equal the single-process result;
+  * the forward, and the gradients of input and weight (autograd through the op's backward, which
+    calls weighted_sum_backward on DTensors), equal the composite and its gradients computed on
+    full tensors;
   * where the placements already fit a rule (Shard on lined-up dims, Replicate, a Partial weight
-    with a Replicate input), forward and backward run with no collective (CommDebugMode), and
-    the output and gradients have the expected placements;
+    with a Replicate input), forward and backward run with no collective (CommDebugMode), and the
+    output and gradients have the expected placements (dtensor_harness.expected_placements);
 
-and, for some shapes, that second derivatives (create_graph=True) match too. It also calls the
-backward operator directly for every placement of grad, input and weight, with output_masks that
-leave a gradient out (None) and then [True, True] for the same placements (so a cached sharding
-of one mask must not be reused for another). Failures of all cases are reported together.
+and, for some shapes, that second derivatives (create_graph=True) match too. Failures of all cases
+are reported together. Each operator adds cases of its own:
+
+  weighted_sum         the backward operator called directly for every placement of grad, input
+                       and weight, with output_masks that leave a gradient out (None) and then
+                       [True, True] for the same placements (a cached sharding of one mask must
+                       not be reused for another).
+  weighted_square_sum  several `dim`s per shape (keepdim alternating): the output is
+                       Partial("sum") when the sharded dim is summed over, else Shard on that
+                       dim's position in the output. Placements that fit a rule run with one dim
+                       after another, and with dtype=float32 after dtype=None (a sharding cached
+                       for one call must not serve another); placements that need a
+                       redistribution run with one dim.
 
 The library is $CUSTOM_OPS_LIBRARY, else build/libcustom_ops.so (as in environment.py); the rules come
 from the installed custom_ops package when it imports, else from python/custom_ops/sharding.py.
@@ -22,7 +33,9 @@ from the installed custom_ops package when it imports, else from python/custom_o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from typing import Callable
 
 import pytest
 import torch
@@ -40,10 +53,14 @@ from dtensor_harness import (
 )
 from reference import sum_to
 
-DEADLINE_S = 300  # for the whole spawned run
+DEADLINE_S = 300  # for one operator's whole spawned run
+
+# ---------------------------------------------------------------------------------------------
+# weighted_sum (and its backward operator)
+# ---------------------------------------------------------------------------------------------
 
 # name -> (input shape, weight shape)
-SHAPES = {
+WEIGHTED_SUM_SHAPES = {
     "same": ((4, 6), (4, 6)),
     "uneven": ((5, 3), (5, 3)),  # 5 rows and 3 columns split 3 + 2 and 2 + 1
     "weight_C": ((4, 6), (6,)),  # weight dim 0 lines up with output dim 1
@@ -54,15 +71,10 @@ SHAPES = {
 # For the direct calls of the backward operator (every grad placement and output_mask).
 BACKWARD_SHAPES = ("same", "weight_C", "input_C")
 # Shapes whose cases also take a second derivative (the backward operator's own autograd).
-SECOND_ORDER_SHAPES = ("same", "weight_C")
+WEIGHTED_SUM_SECOND_ORDER_SHAPES = ("same", "weight_C")
 
 
-# ---------------------------------------------------------------------------------------------
-# What each rank runs
-# ---------------------------------------------------------------------------------------------
-
-
-def composite(x, w):
+def weighted_sum_composite(x, w):
     return w * x**2
 
 
@@ -72,7 +84,7 @@ def run_backward_case(shape_name, pg_name, px_name, pw_name, mask, seed, *, mesh
 
     names = placement_names()
     pg, px, pw = names[pg_name], names[px_name], names[pw_name]
-    x_shape, w_shape = SHAPES[shape_name]
+    x_shape, w_shape = WEIGHTED_SUM_SHAPES[shape_name]
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(x_shape, generator=gen, dtype=torch.float64).to(device)
     w = torch.randn(w_shape, generator=gen, dtype=torch.float64).to(device)
@@ -100,28 +112,28 @@ def run_backward_case(shape_name, pg_name, px_name, pw_name, mask, seed, *, mesh
     return record
 
 
-def cases():
+def weighted_sum_cases():
     """(name, run) for each case, run on every rank by dtensor_harness.run_on_ranks."""
     seed = 0
-    for shape_name, (x_shape, w_shape) in SHAPES.items():
+    for shape_name, (x_shape, w_shape) in WEIGHTED_SUM_SHAPES.items():
         for px_name, px, pw_name, pw in placement_pairs(x_shape, w_shape):
             seed += 1
             run = functools.partial(
                 run_op_case,
                 torch.ops.custom.weighted_sum,
-                composite,
+                weighted_sum_composite,
                 x_shape,
                 w_shape,
                 px,
                 pw,
                 seed,
                 expected=expected_placements(x_shape, w_shape, px, pw),
-                second_order=shape_name in SECOND_ORDER_SHAPES,
+                second_order=shape_name in WEIGHTED_SUM_SECOND_ORDER_SHAPES,
             )
             yield f"{shape_name} input={px_name} weight={pw_name}", run
     combo = 0
     for shape_name in BACKWARD_SHAPES:
-        x_shape, w_shape = SHAPES[shape_name]
+        x_shape, w_shape = WEIGHTED_SUM_SHAPES[shape_name]
         out_shape = torch.broadcast_shapes(x_shape, w_shape)
         names = placement_names()
         for pg_name in names:
@@ -142,10 +154,108 @@ def cases():
 
 
 # ---------------------------------------------------------------------------------------------
-# The tests
+# weighted_square_sum
+# ---------------------------------------------------------------------------------------------
+
+# name -> (input shape, weight shape, the dims to sum over, in turn). weighted_sum's cases run even
+# and uneven splits and both kinds of size-1 broadcast dim through the elementwise rule; here each
+# shape is one way the operands line up, with uneven splits where the sizes allow.
+SQUARE_SUM_SHAPES = {
+    "same": ((5, 3), (5, 3), (None, [0], [-1])),  # 5 rows and 3 columns split 3 + 2 and 2 + 1
+    "weight_C": ((4, 6), (6,), (None, [0], [1])),  # weight dim 0 lines up with output dim 1
+    "input_C": ((6,), (4, 6), ([0], [-1])),  # the input is the broadcast one
+    "3d_weight_C1": ((2, 4, 6), (4, 1), ([1], [0, 2], [2])),  # weight dims 0, 1 are output dims 1, 2; 1 is size-1
+}
+# Shapes whose cases also take a second derivative (weighted_sum_backward's own autograd), for the
+# placements that fit a rule, with their first dim.
+SQUARE_SUM_SECOND_ORDER_SHAPES = ("same", "weight_C")
+
+
+def summed_dims(ndim, dim):
+    if not dim:
+        return set(range(ndim))
+    return {d % ndim for d in dim}
+
+
+def square_sum(dim, keepdim, dtype):
+    return lambda x, w: torch.ops.custom.weighted_square_sum(x, w, dim, keepdim, dtype=dtype)
+
+
+def square_sum_composite(dim, keepdim):
+    return lambda x, w: (w * x**2).sum(dim, keepdim)
+
+
+def square_sum_calls(shape_name, dims, fits_a_rule):
+    """(dim, dtype) of each call for one pair of placements, in turn. Placements that fit a rule:
+    every dim; for the first shape, the second dim also with dtype=float32 (a keyword argument)
+    after dtype=None. Placements that need a redistribution: the first dim."""
+    if not fits_a_rule:
+        return [(dims[0], None)]
+    calls = [(dim, None) for dim in dims]
+    if shape_name == "same":
+        calls.insert(2, (dims[1], torch.float32))
+    return calls
+
+
+def square_sum_cases():
+    """(name, run) for each case, run on every rank by dtensor_harness.run_on_ranks."""
+    seed = 0
+    for shape_name, (x_shape, w_shape, dims) in SQUARE_SUM_SHAPES.items():
+        n = len(torch.broadcast_shapes(x_shape, w_shape))
+        for px_name, px, pw_name, pw in placement_pairs(x_shape, w_shape):
+            fits_a_rule = expected_placements(x_shape, w_shape, px, pw) is not None  # whatever is summed
+            for i, (dim, dtype) in enumerate(square_sum_calls(shape_name, dims, fits_a_rule)):
+                seed += 1
+                keepdim = seed % 2 == 0
+                name = f"{shape_name} input={px_name} weight={pw_name} dim={dim} keepdim={keepdim}"
+                if dtype is not None:
+                    name += f" dtype={dtype}"
+                run = functools.partial(
+                    run_op_case,
+                    square_sum(dim, keepdim, dtype),
+                    square_sum_composite(dim, keepdim),
+                    x_shape,
+                    w_shape,
+                    px,
+                    pw,
+                    seed,
+                    dtype=dtype,
+                    expected=expected_placements(x_shape, w_shape, px, pw, summed_dims(n, dim), keepdim),
+                    second_order=shape_name in SQUARE_SUM_SECOND_ORDER_SHAPES and fits_a_rule and i == 0,
+                )
+                yield name, run
+
+
+def check_square_sum(matching):
+    # Both kinds of result the rule gives for a sharded dim were seen with no collective: Partial
+    # for a summed one, Shard for a kept one.
+    outs = {c["out"] for c in matching if "=S" in c["name"]}  # an input or the weight sharded
+    assert "[Partial(sum)]" in outs and any(out.startswith("[Shard(") for out in outs), outs
+
+
+# ---------------------------------------------------------------------------------------------
+# The test
 # ---------------------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class Sharded:
+    name: str
+    cases: Callable  # a module-level generator: the spawned ranks import it by name
+    min_matching: int  # cases whose placements fit a rule, at least
+    check: Callable | None = None  # more checks of those cases
+
+
+OPERATORS = [
+    Sharded("weighted_sum", weighted_sum_cases, min_matching=20),
+    Sharded("weighted_square_sum", square_sum_cases, min_matching=80, check=check_square_sum),
+]
+
+
 @pytest.mark.parametrize("backend", ["gloo", "nccl"])
-def test_dtensor_sharding(backend):
-    check_results(run_on_ranks(cases, backend, "custom::weighted_sum", DEADLINE_S), min_matching=20)
+@pytest.mark.parametrize("op", OPERATORS, ids=[op.name for op in OPERATORS])
+def test_dtensor_sharding(op, backend):
+    results = run_on_ranks(op.cases, backend, f"custom::{op.name}", DEADLINE_S)
+    matching = check_results(results, min_matching=op.min_matching)
+    if op.check is not None:
+        op.check(matching)

@@ -7,8 +7,13 @@ a copy     a second copy of the file (another inode) cannot register `custom` ag
 torch      the build records the torch it was built against, and it is the torch running
            here; the `custom_ops` package refuses, with a clear ImportError, a torch of another
            release (simulated: the package reads torch.__version__) and a second copy.
+watches    what `import custom_ops` adds once the program imports Inductor (_post_import.py):
+           one function per watch however often it is registered (a reload of the package),
+           run once, after the module's code; the optional parts' imports say what they lack.
 """
 
+import json
+import os
 import pathlib
 import re
 import shutil
@@ -19,21 +24,26 @@ import textwrap
 import pytest
 import torch
 
-from environment import LIBRARY
+from environment import LIBRARY, REPO
 
 OPS = torch.ops.custom
 REAL_LIBRARY = LIBRARY.resolve()
 
 
-def run_python(*parts, timeout=300):
+def run_python(*parts, timeout=300, pythonpath=None):
     """Runs the code `parts` (each dedented, then joined) in a fresh interpreter: this one, so the
-    same torch. Returns the CompletedProcess."""
+    same torch, with `pythonpath` (the `site` fixture's) first on PYTHONPATH where given. Returns
+    the CompletedProcess."""
     code = "\n".join(textwrap.dedent(part) for part in parts)
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
         cwd=pathlib.Path(__file__).parent,
     )
 
@@ -319,3 +329,160 @@ def test_package_refuses_a_second_copy_of_the_library_without_aborting():
     else:
         assert re.search(r"already registered", result.stdout), describe(result)
     assert result.stdout.strip().endswith("OK"), describe(result)
+
+
+# ---------------------------------------------------------------------------------------------
+# Watching an import (python/custom_ops/_post_import.py) and the optional parts' imports
+# ---------------------------------------------------------------------------------------------
+
+# Loads _post_import.py by path (it needs nothing of the package) and watches `watched`, a package
+# written to `root` by the test, with `fired` twice (as a reload of custom_ops registers its
+# functions again) and `other` once, then imports it: the first attempt fails in the module's code.
+WATCH_TWICE = """
+import importlib.util, json, pathlib, sys
+spec = importlib.util.spec_from_file_location("post_import", {source!r})
+post_import = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(post_import)
+sys.path.insert(0, {root!r})
+calls = []
+def fired():
+    calls.append(["fired", sys.modules["watched"].COMPLETE])
+def other():
+    calls.append(["other"])
+for function in (fired, other, fired):
+    post_import.when_imported("watched", function)
+state = {{"finders": sum(type(f).__module__ == "post_import" for f in sys.meta_path)}}
+pathlib.Path({root!r}, "fail").touch()
+try:
+    import watched
+except RuntimeError:
+    state["after_a_failed_import"] = list(calls)
+pathlib.Path({root!r}, "fail").unlink()
+import watched
+state["calls"] = list(calls)
+state["finders_left"] = sum(type(f).__module__ == "post_import" for f in sys.meta_path)
+state["loader"] = type(watched.__loader__).__name__
+post_import.when_imported("watched", other)  # imported: runs now
+state["then"] = calls[len(state["calls"]):]
+print(json.dumps(state))
+"""
+
+
+def test_a_watch_registered_twice_runs_once_after_the_module_has_run(tmp_path):
+    package = tmp_path / "watched"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "import pathlib\n"
+        "if (pathlib.Path(__file__).parents[1] / 'fail').exists():\n"
+        "    raise RuntimeError('the first import fails')\n"
+        "COMPLETE = True\n"
+    )
+    source = REPO / "python" / "custom_ops" / "_post_import.py"
+    result = run_python(WATCH_TWICE.format(source=str(source), root=str(tmp_path)))
+    assert result.returncode == 0, describe(result)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+        "finders": 1,
+        "after_a_failed_import": [],  # the watch stays for the next attempt
+        "calls": [["fired", True], ["other"]],
+        "finders_left": 0,  # nothing left to watch: sys.meta_path as it was
+        "loader": "SourceFileLoader",  # the module keeps its own loader
+        "then": [["other"]],
+    }
+
+
+@pytest.mark.slow
+def test_package_reloaded_then_inductor_imported_gets_the_decompositions(site):
+    result = run_python(
+        """
+        import importlib, json, sys, torch
+        import custom_ops
+        importlib.reload(custom_ops)  # registers its Inductor watch again
+        importlib.reload(custom_ops)
+        import torch._inductor.decomposition as decomposition
+        table = custom_ops._inductor._table()
+        missing = [str(op) for op, function in table.items() if decomposition.decompositions.get(op) is not function]
+        print(json.dumps({
+            "missing": missing,
+            "entries": len(table),
+            "finders_left": [type(f).__module__ for f in sys.meta_path if "custom_ops" in type(f).__module__],
+        }))
+        """,
+        pythonpath=site,
+    )
+    assert result.returncode == 0, describe(result)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"missing": [], "entries": 5, "finders_left": []}
+
+
+# The package, in a fresh interpreter: `import custom_ops` leaves DTensor alone (it neither imports
+# it nor registers the rules when the program does); `import custom_ops.sharding` registers them, and both
+# operators then run on DTensors of a 1-rank gloo group (DTensor raises "no sharding strategy
+# registered" without them).
+DTENSOR_OPT_IN = """
+import json, sys, torch
+import custom_ops
+state = {"dtensor_imported": "torch.distributed.tensor" in sys.modules}
+import torch.distributed.tensor
+state["sharding_imported"] = "custom_ops.sharding" in sys.modules
+import custom_ops.sharding
+state["registered"] = custom_ops.sharding.is_registered()
+
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+mesh = init_device_mesh("cpu", (1,))
+x, w = torch.randn(4, 6), torch.randn(6)
+xd, wd = distribute_tensor(x, mesh, [Shard(0)]), distribute_tensor(w, mesh, [Replicate()])
+y = custom_ops.weighted_sum(xd, distribute_tensor(w, mesh, [Shard(0)]))
+assert torch.equal(y.full_tensor(), w * x.square())
+summed, kept = custom_ops.weighted_square_sum(xd, wd, 0), custom_ops.weighted_square_sum(xd, wd, 1)
+torch.testing.assert_close(summed.full_tensor(), (w * x.square()).sum(0))
+torch.testing.assert_close(kept.full_tensor(), (w * x.square()).sum(1))
+# Partial from the sharded summed dim 0 (1 rank: no reduction needed to read it), Shard kept.
+state["placements"] = [str(list(t.placements)) for t in (y, summed, kept)]
+dist.destroy_process_group()
+print(json.dumps(state))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
+def test_dtensor_rules_only_with_import_custom_ops_sharding(site):
+    result = run_python(DTENSOR_OPT_IN, pythonpath=site)
+    assert result.returncode == 0, describe(result)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+        "dtensor_imported": False,
+        "sharding_imported": False,  # not even once the program has imported DTensor
+        "registered": True,
+        "placements": ["[Shard(dim=0)]", "[Partial(sum)]", "[Shard(dim=0)]"],
+    }
+
+
+ONNX_MISSING = """
+import importlib.util, sys
+for missing in ("onnx", "onnxscript"):
+    sys.modules[missing] = None  # as if not installed: its import raises ModuleNotFoundError
+    try:
+        import custom_ops.onnx
+    except ImportError as error:
+        print(repr(error), error.__cause__, error.__suppress_context__)
+    else:
+        raise SystemExit(f"custom_ops.onnx imported without {missing}")
+    del sys.modules[missing]
+if importlib.util.find_spec("onnxscript") is not None:  # with both: it imports
+    import custom_ops.onnx
+    print("imported", custom_ops.onnx.__name__)
+"""
+
+
+@pytest.mark.slow
+def test_onnx_part_without_onnx_or_onnxscript_says_what_to_install(site):
+    result = run_python(ONNX_MISSING, pythonpath=site)
+    assert result.returncode == 0, describe(result)
+    message = (
+        'ImportError("custom_ops.onnx needs onnx and onnxscript (and onnxruntime to run models): '
+        "pip install 'custom-ops[onnx]'\") None True"  # raised from None: one line, no chained traceback
+    )
+    lines = result.stdout.strip().splitlines()
+    assert lines[:2] == [message, message], describe(result)
+    assert lines[2:] in ([], ["imported custom_ops.onnx"]), describe(result)
