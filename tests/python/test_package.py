@@ -271,61 +271,6 @@ def test_out_and_in_place_wrappers_return_the_tensor_they_wrote(site):
     assert as_python_warning or "was resized" in result.stderr, (result.stdout, result.stderr)
 
 
-# Runs the op on a DTensor of a 1-rank gloo group: DTensor raises "no sharding strategy
-# registered" unless the rules are in place.
-DTENSOR_CALL = """
-import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Shard, distribute_tensor
-dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-mesh = init_device_mesh("cpu", (1,))
-x, w = torch.randn(4, 6), torch.randn(6)
-y = torch.ops.custom.weighted_sum(distribute_tensor(x, mesh, [Shard(0)]), distribute_tensor(w, mesh, [Shard(0)]))
-assert torch.equal(y.full_tensor(), w * x.square())
-dist.destroy_process_group()
-"""
-
-
-@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
-def test_dtensor_rules_wait_for_the_program_to_import_dtensor(site):
-    code = textwrap.dedent(
-        """
-        import json, sys, torch
-        import custom_ops
-        state = {"dtensor_loaded_by_import": "torch.distributed.tensor" in sys.modules,
-                 "registered_by_import": custom_ops.sharding.is_registered()}
-        import torch.distributed.tensor
-        state["registered_after_dtensor_import"] = custom_ops.sharding.is_registered()
-        # The module keeps its own loader, and the watch is gone once it has fired.
-        state["loader"] = type(torch.distributed.tensor.__loader__).__name__
-        state["watches_left"] = [
-            type(f).__name__ for f in sys.meta_path if getattr(f, "name", None) == "torch.distributed.tensor"]
-        """
-    )
-    result = run_python(code + DTENSOR_CALL + "print(json.dumps(state))\n", site)
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == {
-        "dtensor_loaded_by_import": False,
-        "registered_by_import": False,
-        "registered_after_dtensor_import": True,
-        "loader": "SourceFileLoader",
-        "watches_left": [],
-    }
-
-
-@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
-def test_dtensor_rules_registered_at_import_when_dtensor_is_loaded_already(site):
-    code = textwrap.dedent(
-        """
-        import json, torch
-        import torch.distributed.tensor
-        import custom_ops
-        registered = custom_ops.sharding.is_registered()
-        """
-    )
-    result = run_python(code + DTENSOR_CALL + "print(json.dumps(registered))\n", site)
-    assert json.loads(result.stdout.strip().splitlines()[-1]) is True
-
-
 MISMATCH = """
 import torch
 torch.__version__ = "{fake}"   # as if another torch were installed
@@ -405,33 +350,6 @@ def test_library_does_not_link_python(site):
     needed = [line.split("[", 1)[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line]
     assert "libtorch.so" in needed or "libtorch_cpu.so" in needed, needed
     assert not [name for name in needed if "python" in name], needed
-
-
-@pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed")
-def test_dtensor_rules_registered_with_the_package(site):
-    # A 1-rank gloo group: DTensor raises "no sharding strategy registered" without the rule.
-    result = run_python(
-        """
-        import json, torch, custom_ops
-        import torch.distributed as dist
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-        mesh = init_device_mesh("cpu", (1,))
-        x, w = torch.randn(4, 6), torch.randn(6)
-        xd, wd = distribute_tensor(x, mesh, [Shard(0)]), distribute_tensor(w, mesh, [Replicate()])
-        summed = custom_ops.weighted_square_sum(xd, wd, 0)
-        kept = custom_ops.weighted_square_sum(xd, wd, 1)
-        torch.testing.assert_close(summed.full_tensor(), (w * x.square()).sum(0))
-        torch.testing.assert_close(kept.full_tensor(), (w * x.square()).sum(1))
-        print(json.dumps({"registered": custom_ops.sharding.is_registered(),
-                          "summed": str(list(summed.placements)), "kept": str(list(kept.placements))}))
-        dist.destroy_process_group()
-        """,
-        site,
-    )
-    # Partial from the sharded summed dim 0 (1 rank: no reduction needed to read it), Shard kept.
-    assert report(result) == {"registered": True, "summed": "[Partial(sum)]", "kept": "[Shard(dim=0)]"}
 
 
 # --------------------------------------------------------------------------- Inductor
