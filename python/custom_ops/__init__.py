@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -36,8 +37,11 @@ __version__: str = _build_info.VERSION
 TORCH_VERSION: str = _build_info.TORCH_VERSION
 #: Whether the bundled library has CUDA kernels.
 WITH_CUDA: bool = _build_info.WITH_CUDA
+#: The GPU architectures of those kernels, as TORCH_CUDA_ARCH_LIST was at the build ("" without CUDA).
+CUDA_ARCHS: str = _build_info.CUDA_ARCHS
 
 __all__ = [
+    "CUDA_ARCHS",
     "TORCH_VERSION",
     "WITH_CUDA",
     "__version__",
@@ -97,8 +101,44 @@ def _load() -> None:
         raise ImportError(f"custom_ops: could not load {_LIBRARY}: {error.__cause__ or error}") from error
 
 
+def _architectures_cover(archs: str, major: int, minor: int) -> bool:
+    """The rule of kernels/cuda/architecture_coverage.h: a cubin runs on its major version from its
+    minor up (8.0 on 8.6), an arch-specific one ("9.0a") on its own GPU only, PTX on its own and
+    every newer GPU."""
+    device = major * 10 + minor
+    for entry in re.split(r"[ ;]+", archs.strip()):
+        match = re.fullmatch(r"(\d+)\.(\d+)([af]?)(\+PTX)?", entry)
+        if match is None:
+            continue
+        arch = int(match[1]) * 10 + int(match[2])
+        same_family = match[3] != "a" and int(match[1]) == major and arch <= device
+        if arch == device or same_family or (match[4] and arch <= device):
+            return True
+    return False
+
+
+def _warn_for_gpus_without_kernels(archs: str = CUDA_ARCHS) -> None:
+    """One warning per visible GPU the CUDA kernels were not built for, instead of CUDA's "no kernel
+    image" at the first call. Runs when CUDA initializes, so importing does not initialize it."""
+    try:
+        for index in range(torch.cuda.device_count()):
+            major, minor = torch.cuda.get_device_capability(index)
+            if not _architectures_cover(archs, major, minor):
+                warnings.warn(
+                    f"custom_ops: libcustom_ops.so has no kernels for cuda:{index} "
+                    f"({torch.cuda.get_device_name(index)}, compute capability {major}.{minor}): it was built "
+                    f'with TORCH_CUDA_ARCH_LIST="{archs}". Rebuild it with TORCH_CUDA_ARCH_LIST="{major}.{minor}" '
+                    "in the environment (pip install ., make install).",
+                    stacklevel=2,
+                )
+    except Exception:  # a failing check must not make CUDA's initialization fail
+        pass
+
+
 _check_torch_version()
 _load()
+if WITH_CUDA:
+    torch.cuda._lazy_call(_warn_for_gpus_without_kernels)
 
 
 def library_path() -> str:

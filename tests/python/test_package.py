@@ -84,6 +84,47 @@ def report(result):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+# (TORCH_CUDA_ARCH_LIST, compute capability, covered), as tests/cpp/cuda_build_test.cpp's rule.
+ARCHITECTURE_CASES = [
+    ("8.0;9.0", (8, 0), True), ("8.0;9.0", (8, 6), True), ("8.0 9.0", (8, 9), True),
+    ("8.6;9.0", (8, 0), False), ("8.0;9.0", (7, 5), False), ("8.0;9.0", (10, 0), False),
+    ("10.0", (12, 0), False), ("7.5;10.0;12.0", (12, 1), True),
+    ("8.0;9.0+PTX", (10, 0), True), ("8.0;9.0+PTX", (12, 0), True), ("9.0+PTX", (8, 6), False),
+    ("9.0a", (9, 0), True), ("8.0a", (8, 6), False), ("10.0f", (10, 3), True),
+    ("", (9, 0), False), ("Hopper;sm_90;9", (9, 0), False),
+]  # fmt: skip
+
+GPUS_WITHOUT_KERNELS = """
+import json, warnings, torch
+import custom_ops
+queued = any(getattr(call, "__module__", None) == "custom_ops" for call, _ in torch.cuda._queued_calls)
+covers = [custom_ops._architectures_cover(archs, *capability) for archs, capability, _ in {cases}]
+# Two GPUs, an H100 and a T4, as torch.cuda would report them.
+torch.cuda.device_count = lambda: 2
+torch.cuda.get_device_capability = lambda index: [(9, 0), (7, 5)][index]
+torch.cuda.get_device_name = lambda index: ["H100", "T4"][index]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    custom_ops._warn_for_gpus_without_kernels("8.0;9.0+PTX")
+    torch.cuda.get_device_capability = None  # a failing check stays silent
+    custom_ops._warn_for_gpus_without_kernels("8.0;9.0+PTX")
+print(json.dumps({{"archs": custom_ops.CUDA_ARCHS, "queued": queued or torch.cuda.is_initialized(),
+                  "covers": covers, "warnings": [str(w.message) for w in caught]}}))
+"""
+
+
+def test_gpus_without_kernels_get_one_warning_when_cuda_starts(site):
+    info = report(run_python(GPUS_WITHOUT_KERNELS.format(cases=ARCHITECTURE_CASES), site))
+    assert info["covers"] == [covered for _, _, covered in ARCHITECTURE_CASES]
+    assert info["warnings"] == [
+        "custom_ops: libcustom_ops.so has no kernels for cuda:1 (T4, compute capability 7.5): it was built "
+        'with TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX". Rebuild it with TORCH_CUDA_ARCH_LIST="7.5" in the '
+        "environment (pip install ., make install)."
+    ]
+    # Queued for CUDA's initialization (import does not initialize CUDA) when built with CUDA.
+    assert info["queued"] is bool(info["archs"])
+
+
 # --------------------------------------------------------------------------- the wrappers
 
 # op -> its wrapper's parameters, as Python source of (name, type hint or None to skip, default,
