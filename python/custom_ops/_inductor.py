@@ -113,7 +113,9 @@ def weighted_sum_backward(grad, input, weight, output_mask):
     if output_mask[0]:
         grad_input = _gradient(input, shape, lambda g, x, w: (x + x) * w * g, (grad, input, weight))
     if output_mask[1]:
-        grad_weight = _gradient(weight, shape, lambda g, x: (x * x) * g, (grad, input))
+        # In the dtype the forward promoted to, weight's included (the C++ frontend's rule).
+        x = input.to(_common_dtype(grad, input, weight))
+        grad_weight = _gradient(weight, shape, lambda g, x: (x * x) * g, (grad, x))
     return grad_input, grad_weight
 
 

@@ -243,6 +243,31 @@ def test_gradients_match_the_kernel(decomposed, dtype):
         torch.testing.assert_close(a, e, rtol=tolerance, atol=tolerance, msg=GRADIENT_LAYOUTS[i // 2])
 
 
+# (grad, input, weight) dtypes where grad is narrower than the forward's promoted dtype: an in-place
+# half-precision self with a wider weight, or weighted_square_sum's dtype=.
+NARROW_GRAD_DTYPES = [
+    (torch.float16, torch.float16, torch.float32),
+    (torch.bfloat16, torch.float32, torch.float64),
+    (torch.float16, torch.bfloat16, torch.float64),
+]
+
+
+@pytest.mark.parametrize("dtypes", NARROW_GRAD_DTYPES, ids=lambda p: "-".join(map(dtype_name, p)))
+def test_backward_decomposition_computes_in_the_promoted_dtype(dtypes):
+    # No compile: the decomposition against the op, each gradient in its argument's dtype and
+    # computed in the promotion of all three (the op's rule, autograd/derivative_dtype.h).
+    grad_dtype, x_dtype, w_dtype = dtypes
+    for x_shape, w_shape in [((4, 5), (4, 5)), ((4, 5), (5,)), ((4, 1), (3, 1, 5))]:
+        x, w = make(x_shape, x_dtype, "cpu"), make(w_shape, w_dtype, "cpu")
+        grad = make(torch.broadcast_shapes(x_shape, w_shape), grad_dtype, "cpu")
+        actual = decompositions.weighted_sum_backward(grad, x, w, [True, True])
+        expected = OPS.weighted_sum_backward(grad, x, w, [True, True])
+        for name, a, e in zip(("grad_input", "grad_weight"), actual, expected):
+            assert a.dtype == e.dtype and a.shape == e.shape, (name, x_shape, w_shape)
+            rtol = 4 * TOLERANCES[e.dtype][0]  # sums over broadcast dims may add in another order
+            torch.testing.assert_close(a, e, rtol=rtol, atol=rtol, msg=lambda m, n=name: f"{n} {x_shape}: {m}")
+
+
 def test_strided_output_operand_layouts_in_low_precision(decomposed):
     # A transposed half-precision input against a float32 weight: the cast happens per element.
     x = make_tensor((6, 5), torch.bfloat16, "cpu", "transposed")
