@@ -14,8 +14,8 @@
 #include "kernels/cuda/weighted_sum_forward_broadcast.h"
 #include "kernels/cuda/weighted_sum_forward_transposed.h"
 #include "ops/floating_types.h"
+#include "ops/weighted_sum_frontend.h"
 #include "ops/weighted_sum_math.h"
-#include "ops/weighted_sum_registration.h"
 
 namespace custom {
 namespace {
