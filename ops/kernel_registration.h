@@ -1,8 +1,8 @@
 // The one registration helper of every operator: turns a frontend function
 // `Result impl(const Loops&, First first, Rest... rest)` into the kernel of one dispatch key, with
-// that key's loops bound at compile time and its device guard on `first`. Each op's registration
-// header is then a list of (schema name, frontend function) pairs, and each key's kernel file one
-// line per op.
+// that key's loops bound at compile time and its device guard on `first`. Each op's frontend
+// header then lists its (schema name, frontend function) pairs, and each key's kernel file calls
+// that list with its loops.
 #pragma once
 
 #include <torch/library.h>

@@ -6,6 +6,7 @@
 
 #include <ATen/Functions.h>
 #include <c10/util/irange.h>
+#include <torch/library.h>
 
 #include "floating_types.h"
 #include "operand_checks.h"
@@ -295,3 +296,9 @@ at::Tensor weighted_square_sum_impl(
 }
 
 }  // namespace custom::detail
+
+// The Meta kernels: this frontend with no loops, on SymInt shapes, so FakeTensor and
+// torch.compile(dynamic=True) need no Python fake implementation.
+TORCH_LIBRARY_IMPL(custom, Meta, m) {
+  custom::detail::register_weighted_square_sum_kernels<custom::detail::kNoReductionLoops>(m);
+}

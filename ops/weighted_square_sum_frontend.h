@@ -9,6 +9,9 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/OptionalArrayRef.h>
+#include <torch/library.h>
+
+#include "kernel_registration.h"
 
 namespace custom::detail {
 
@@ -47,5 +50,11 @@ at::Tensor weighted_square_sum_impl(
     at::OptionalIntArrayRef dim,
     bool keepdim,
     std::optional<at::ScalarType> dtype);
+
+// Registers weighted_square_sum for one dispatch key, given that key's reduction loop.
+template <const WeightedSquareSumLoops& Loops, typename DeviceGuard = NoDeviceGuard>
+void register_weighted_square_sum_kernels(torch::Library& m) {
+  register_kernel<DeviceGuard, Loops, &weighted_square_sum_impl>(m, "weighted_square_sum");
+}
 
 }  // namespace custom::detail

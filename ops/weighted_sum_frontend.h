@@ -1,6 +1,7 @@
 // The device-independent half of every kernel: checks, output allocation, out= resizing and the
 // TensorIterator set-up. A device supplies only its loops; the Meta kernels supply none and so
-// get the same shapes, strides, dtypes and errors as the real kernels, with SymInt shapes.
+// get the same shapes, strides, dtypes and errors as the real kernels, with SymInt shapes. Each
+// key's kernel file registers its loops with register_weighted_sum_kernels.
 #pragma once
 
 #include <array>
@@ -8,7 +9,9 @@
 
 #include <ATen/TensorIterator.h>
 #include <ATen/core/Tensor.h>
+#include <torch/library.h>
 
+#include "kernel_registration.h"
 #include "weighted_sum_backward_plan.h"
 
 namespace custom::detail {
@@ -48,5 +51,15 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_impl(
     const at::Tensor& input,
     const at::Tensor& weight,
     std::array<bool, 2> output_mask);
+
+// Registers every overload of the weighted square for one dispatch key, given that key's loops:
+// the four overloads cannot drift apart between CPU, CUDA and Meta.
+template <const WeightedSumLoops& Loops, typename DeviceGuard = NoDeviceGuard>
+void register_weighted_sum_kernels(torch::Library& m) {
+  register_kernel<DeviceGuard, Loops, &weighted_sum_impl>(m, "weighted_sum");
+  register_kernel<DeviceGuard, Loops, &weighted_sum_out_impl>(m, "weighted_sum.out");
+  register_kernel<DeviceGuard, Loops, &weighted_sum_inplace_impl>(m, "weighted_sum_");
+  register_kernel<DeviceGuard, Loops, &weighted_sum_backward_impl>(m, "weighted_sum_backward");
+}
 
 }  // namespace custom::detail

@@ -1,7 +1,7 @@
 // Registers the CPU kernel of weighted_square_sum with the loop of the instruction set ATen's own
 // kernels run with (cpu_loops.h).
 #include "kernels/cpu/cpu_loops.h"
-#include "ops/weighted_square_sum_registration.h"
+#include "ops/weighted_square_sum_frontend.h"
 
 namespace custom::cpu {
 namespace {

@@ -45,7 +45,7 @@
 
 #include "kernels/cpu/cpu_loops.h"
 #include "ops/floating_types.h"
-#include "ops/weighted_square_sum_math.h"
+#include "ops/weighted_sum_math.h"
 
 namespace custom::cpu::CPU_CAPABILITY {
 namespace {

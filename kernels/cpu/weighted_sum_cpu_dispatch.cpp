@@ -1,7 +1,7 @@
 // Registers the CPU kernels with the loops of the instruction set ATen's own elementwise kernels
 // run with (cpu_loops.h).
 #include "kernels/cpu/cpu_loops.h"
-#include "ops/weighted_sum_registration.h"
+#include "ops/weighted_sum_frontend.h"
 
 namespace custom::cpu {
 namespace {

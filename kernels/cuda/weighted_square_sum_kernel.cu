@@ -4,7 +4,7 @@
 // most two deterministic stages: stage 1 writes partial sums to a buffer in a layout fixed by the
 // shape, stage 2 adds them in a fixed tree, so every run gives the same bits. A total fuses
 // stage 2 into stage 1: the last block to finish (found with an atomic counter, the only atomic:
-// it decides who adds, never in which order; the stream's own counter, stream_counter.h) adds
+// it decides who adds, never in which order; the stream's own counter, stream_counter) adds
 // every partial in a fixed order.
 // weighted_square_sum_plan.h picks the kernel (Rows or Tiles) and the cut of the reduced dim; each
 // term is math::WeightedSquareSumTerm, summed in its accumulation type (float32 for
@@ -12,8 +12,12 @@
 // accumulation one or the operands' (float16/bfloat16), once.
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
+
+#include <cuda_runtime_api.h>
 
 #include <ATen/Dispatch.h>
 #include <ATen/ceil_div.h>
@@ -23,17 +27,58 @@
 #include <ATen/native/cuda/MemoryAccess.cuh>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
 #include "kernels/cuda/cuda_device_guard.h"
-#include "kernels/cuda/stream_counter.h"
 #include "kernels/cuda/weighted_square_sum_plan.h"
 #include "ops/floating_types.h"
-#include "ops/weighted_square_sum_math.h"
-#include "ops/weighted_square_sum_registration.h"
+#include "ops/weighted_square_sum_frontend.h"
+#include "ops/weighted_sum_math.h"
 
 namespace custom {
 namespace {
+
+// A device counter per CUDA stream, for kernels whose blocks count themselves to find the last
+// one (weighted_square_sum's totals). Such a counter must read zero at launch; one of its own per
+// call costs a memset on the stream before each launch, a visible share of a large total
+// (docs/benchmarks.md). A stream's counter needs none: kernels on one stream run one after another,
+// and each leaves the counter at zero again (its last block resets it).
+
+// Keyed by the stream's handle and device (the legacy default stream has the same handle on
+// every device). Never freed: 4 bytes a stream, and no CUDA call at process exit.
+struct Counters {
+  std::mutex mutex;
+  std::unordered_map<std::uintptr_t, unsigned int*> by_stream[C10_COMPILE_TIME_MAX_GPUS];
+};
+
+Counters& counters() {
+  static auto* const instance = new Counters;
+  return *instance;
+}
+
+// The counter of `stream` (on the stream's device): zero before the stream's next kernel, as long
+// as every kernel that counts on it resets it. nullptr while `stream` is being captured into a
+// CUDA graph: a graph may replay on any stream, next to this one's own work, so a captured
+// kernel needs a counter of its own, zeroed in the graph.
+unsigned int* stream_counter(const c10::cuda::CUDAStream& stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream.stream(), &status));
+  if (status != cudaStreamCaptureStatusNone) {
+    return nullptr;
+  }
+  auto& all = counters();
+  const std::lock_guard<std::mutex> lock(all.mutex);
+  auto& counter = all.by_stream[stream.device_index()][reinterpret_cast<std::uintptr_t>(stream.stream())];
+  if (counter == nullptr) {
+    unsigned int* fresh = nullptr;
+    C10_CUDA_CHECK(cudaMalloc(&fresh, sizeof(unsigned int)));
+    // Queued on the stream itself: zero before the first kernel that counts on it.
+    C10_CUDA_CHECK(cudaMemsetAsync(fresh, 0, sizeof(unsigned int), stream.stream()));
+    counter = fresh;
+  }
+  return counter;
+}
 
 namespace square_sum = cuda::square_sum;
 using square_sum::kThreads;
@@ -741,7 +786,7 @@ void reduce_typed(const square_sum::Plan& plan, const scalar_t* x, const scalar_
   if (plan.partials > 1) {
     const auto stream = at::cuda::getCurrentCUDAStream();
     const bool last_block_adds = plan.passes.empty();
-    unsigned int* const counter = last_block_adds ? cuda::stream_counter(stream) : nullptr;
+    unsigned int* const counter = last_block_adds ? stream_counter(stream) : nullptr;
     // Under CUDA graph capture, the counter is one more slot of the partials (any acc slot fits
     // and aligns an unsigned int), zeroed by a memset captured with the kernel.
     const bool own_counter = last_block_adds && counter == nullptr;

@@ -8,7 +8,7 @@
 #include <ATen/native/cuda/MemoryAccess.cuh>
 #include <c10/cuda/CUDAException.h>
 
-#include "kernels/cuda/weighted_sum_forward_broadcast.h"
+#include "kernels/cuda/weighted_sum_forward_layout.h"
 #include "ops/floating_types.h"
 #include "ops/weighted_sum_math.h"
 

@@ -6,7 +6,7 @@
 //  - transposed: out row-major, an input column-major (x.t()): tiles through shared memory, so
 //    that reads and writes are both coalesced.
 // Everything else (contiguous, mixed dtypes, other strides, past 32-bit indexing) stays with
-// gpu_kernel. Host-only and header-only, so that the CPU tests check the choice without a GPU.
+// gpu_kernel. The choice is host-only and header-only, so that the CPU tests check it without a GPU.
 #pragma once
 
 #include <array>
@@ -111,5 +111,11 @@ inline ForwardPlan plan_forward(const at::TensorIteratorBase& iter) {
   }
   return plan;
 }
+
+// The two kernels, in weighted_sum_forward_broadcast.cu and weighted_sum_forward_transposed.cu.
+// Each launches on the current stream of the iterator's device (the caller's guard has made it
+// current).
+void launch_forward_broadcast(at::TensorIteratorBase& iter, const BroadcastPlan& plan);
+void launch_forward_transposed(at::TensorIteratorBase& iter, const TransposedPlan& plan);
 
 }  // namespace custom::cuda

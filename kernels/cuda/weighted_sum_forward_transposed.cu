@@ -11,7 +11,7 @@
 
 #include <type_traits>
 
-#include "kernels/cuda/weighted_sum_forward_transposed.h"
+#include "kernels/cuda/weighted_sum_forward_layout.h"
 #include "ops/floating_types.h"
 #include "ops/weighted_sum_math.h"
 

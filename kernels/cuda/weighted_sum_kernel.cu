@@ -11,11 +11,10 @@
 
 #include "kernels/cuda/cuda_device_guard.h"
 #include "kernels/cuda/weighted_sum_backward_per_channel.h"
-#include "kernels/cuda/weighted_sum_forward_broadcast.h"
-#include "kernels/cuda/weighted_sum_forward_transposed.h"
+#include "kernels/cuda/weighted_sum_forward_layout.h"
 #include "ops/floating_types.h"
+#include "ops/weighted_sum_frontend.h"
 #include "ops/weighted_sum_math.h"
-#include "ops/weighted_sum_registration.h"
 
 namespace custom {
 namespace {
