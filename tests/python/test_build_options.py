@@ -4,6 +4,7 @@ refused. The compiler: one that links libstdc++ statically is refused at configu
 
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -265,9 +266,8 @@ def test_a_gpu_left_out_of_the_architectures_is_warned_about_at_its_first_call(t
     # rebuild with (before CUDA's own "no kernel image" error), once per device.
     major, minor = torch.cuda.get_device_capability()
     build = tmp_path / "build"
-    code, output = configure(
-        build, "-DCUSTOM_OPS_CUDA=ON", f"-DTORCH_CUDA_ARCH_LIST={architecture_not_covering(major)}"
-    )
+    built_for = architecture_not_covering(major)
+    code, output = configure(build, "-DCUSTOM_OPS_CUDA=ON", f"-DTORCH_CUDA_ARCH_LIST={built_for}")
     assert code == 0, output
     built = subprocess.run(
         ["cmake", "--build", str(build), "--target", "custom_ops", "-j", str(os.cpu_count())],
@@ -291,8 +291,21 @@ def test_a_gpu_left_out_of_the_architectures_is_warned_about_at_its_first_call(t
             print("warnings:", [str(w.message) for w in caught if "custom-ops" in str(w.message)])
         """
     )
+    cuobjdump = pathlib.Path(shutil.which("nvcc")).with_name("cuobjdump")
+    if cuobjdump.is_file():  # the library holds the one architecture asked for, and no PTX
+        listed = subprocess.run(
+            [str(cuobjdump), "--list-elf", "--list-ptx", str(build / "libcustom_ops.so")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+        assert set(re.findall(r"\.(sm_\d+a?)\.(?:cubin|ptx)", listed)) == {"sm_" + built_for.replace(".", "")}, listed
+        assert ".ptx" not in listed, listed
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    explained = f"configure:\n{output[-4000:]}\nrun:\n{result.stdout}\n{result.stderr[-3000:]}"
     first, second = [line for line in result.stdout.splitlines() if line.startswith("warnings:")]
-    assert f"has no kernels for cuda:0 ({torch.cuda.get_device_name()}, compute capability {major}.{minor})" in first
+    assert f"has no kernels for cuda:0 ({torch.cuda.get_device_name()}, compute capability {major}.{minor})" in first, (
+        explained
+    )
     assert f'Rebuild it with TORCH_CUDA_ARCH_LIST="{major}.{minor}"' in first
-    assert second == "warnings: []", result.stdout
+    assert second == "warnings: []", explained
