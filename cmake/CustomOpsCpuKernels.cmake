@@ -11,7 +11,10 @@
 # with OpenMP, as ATen is (a torch without OpenMP uses its own pool and needs nothing here). The
 # library links torch's own runtime where the wheel bundles one (torch/lib/libgomp.so.1, already
 # on the library's run path), else the compiler's (the same soname): one runtime in the process.
+#
+# custom_ops_add_cpu_kernels(target ELEMENTWISE sources... REDUCTIONS sources...)
 function(custom_ops_add_cpu_kernels target)
+  cmake_parse_arguments(PARSE_ARGV 1 _kernels "" "" "ELEMENTWISE;REDUCTIONS")
   find_package(OpenMP COMPONENTS CXX)
   get_filename_component(_torch_lib_dir "${TORCH_LIBRARY}" DIRECTORY)
   find_library(CUSTOM_OPS_TORCH_OPENMP NAMES libgomp.so.1 PATHS "${_torch_lib_dir}" NO_DEFAULT_PATH)
@@ -23,11 +26,9 @@ function(custom_ops_add_cpu_kernels target)
   set(_flags_DEFAULT "")
   set(_flags_AVX2 -mavx2 -mfma -mf16c -mbmi -mbmi2)
   set(_flags_AVX512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mbmi -mbmi2)
-  set(_elementwise kernels/cpu/weighted_sum_kernel.cpp kernels/cpu/weighted_sum_backward_per_channel.cpp)
-  set(_reductions kernels/cpu/weighted_square_sum_kernel.cpp)
-  set(_sources_DEFAULT ${_elementwise} ${_reductions})
-  set(_sources_AVX2 ${_elementwise} ${_reductions})
-  set(_sources_AVX512 ${_reductions})
+  set(_sources_DEFAULT ${_kernels_ELEMENTWISE} ${_kernels_REDUCTIONS})
+  set(_sources_AVX2 ${_kernels_ELEMENTWISE} ${_kernels_REDUCTIONS})
+  set(_sources_AVX512 ${_kernels_REDUCTIONS})
   foreach(cap IN LISTS _capabilities)
     set(_object ${target}_cpu_${cap})
     add_library(${_object} OBJECT ${_sources_${cap}})

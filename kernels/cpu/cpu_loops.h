@@ -1,32 +1,20 @@
-// The CPU loops of every operator, one table per instruction set that the kernels/cpu/*_kernel.cpp
-// files are compiled for (cmake/CustomOpsCpuKernels.cmake), and which set runs: the one ATen's own
-// kernels of the kind run with (elementwise: AVX2 at most; reductions: AVX512 too). Adding an
-// operator: declare its table in each namespace its file is built for.
+// Which instruction set's CPU loops run. Each kernels/cpu/*_kernel.cpp is compiled once per set
+// (cmake/CustomOpsCpuKernels.cmake: elementwise loops for DEFAULT and AVX2, reductions for AVX512
+// too) into namespace custom::cpu::<set>, where it defines its op's loop table; the op's
+// *_cpu_dispatch.cpp declares the table in each of those namespaces and picks one with these
+// functions: the set ATen's own kernels of the kind run with.
 #pragma once
 
 #include <string>
 
 #include <ATen/Version.h>
 
-#include "ops/weighted_square_sum_frontend.h"
-#include "ops/weighted_sum_frontend.h"
-
 namespace custom::cpu {
 
-namespace DEFAULT {
-extern const detail::WeightedSumLoops weighted_sum_loops;
-extern const detail::WeightedSquareSumLoops weighted_square_sum_loops;
-}  // namespace DEFAULT
-
+namespace DEFAULT {}
 #if defined(__x86_64__)
-namespace AVX2 {
-extern const detail::WeightedSumLoops weighted_sum_loops;
-extern const detail::WeightedSquareSumLoops weighted_square_sum_loops;
-}  // namespace AVX2
-// Reductions only (cmake/CustomOpsCpuKernels.cmake says why).
-namespace AVX512 {
-extern const detail::WeightedSquareSumLoops weighted_square_sum_loops;
-}  // namespace AVX512
+namespace AVX2 {}
+namespace AVX512 {}
 namespace widest = AVX2;  // the widest set every loop is built for on this architecture
 #else
 namespace widest = DEFAULT;

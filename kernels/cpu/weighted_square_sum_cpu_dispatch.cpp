@@ -4,6 +4,20 @@
 #include "ops/weighted_square_sum_frontend.h"
 
 namespace custom::cpu {
+
+// The tables weighted_square_sum_kernel.cpp defines, one per instruction set it is built for.
+namespace DEFAULT {
+extern const detail::WeightedSquareSumLoops weighted_square_sum_loops;
+}  // namespace DEFAULT
+#if defined(__x86_64__)
+namespace AVX2 {
+extern const detail::WeightedSquareSumLoops weighted_square_sum_loops;
+}  // namespace AVX2
+namespace AVX512 {
+extern const detail::WeightedSquareSumLoops weighted_square_sum_loops;
+}  // namespace AVX512
+#endif
+
 namespace {
 
 void reduce(const detail::WeightedSquareSumReduction& args) {

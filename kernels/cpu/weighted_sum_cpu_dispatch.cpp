@@ -4,6 +4,17 @@
 #include "ops/weighted_sum_frontend.h"
 
 namespace custom::cpu {
+
+// The tables weighted_sum_kernel.cpp defines, one per instruction set it is built for.
+namespace DEFAULT {
+extern const detail::WeightedSumLoops weighted_sum_loops;
+}  // namespace DEFAULT
+#if defined(__x86_64__)
+namespace AVX2 {
+extern const detail::WeightedSumLoops weighted_sum_loops;
+}  // namespace AVX2
+#endif
+
 namespace {
 
 const detail::WeightedSumLoops& selected_loops() {

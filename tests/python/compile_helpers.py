@@ -1,6 +1,6 @@
 """The Inductor decompositions of python/custom_ops/_inductor.py, as the torch.compile tests use them.
 
-Not a test module: test_inductor_fusion.py and test_weighted_square_sum_compile.py import it (pytest
+Not a test module: test_inductor_fusion.py imports it (pytest
 puts this directory on sys.path). In this process the decompositions come from the package's
 source file, installed the way `import custom_ops` installs them (conftest loaded the library
 already); one module instance per process, so one table.

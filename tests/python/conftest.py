@@ -32,7 +32,7 @@ def site(tmp_path_factory):
     """The directory to put on PYTHONPATH for `import custom_ops` (None: already importable).
 
     Built once per run (a build of the library, minutes on 2 cores) for every module that runs the
-    package in a fresh interpreter: test_package, test_package_inductor, test_onnx_export. Under
+    package in a fresh interpreter: test_package, test_library_loading, test_onnx_export. Under
     pytest-xdist the workers share the run's base directory: the first builds under a file lock,
     the others wait for it and reuse the package (pytest-xdist's advice for session fixtures)."""
     if importlib.util.find_spec("custom_ops") is not None:
