@@ -303,9 +303,9 @@ def test_a_gpu_left_out_of_the_architectures_is_warned_about_at_its_first_call(t
         assert ".ptx" not in listed, listed
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     explained = f"configure:\n{output[-4000:]}\nrun:\n{result.stdout}\n{result.stderr[-3000:]}"
-    first, second = [line for line in result.stdout.splitlines() if line.startswith("warnings:")]
-    assert f"has no kernels for cuda:0 ({torch.cuda.get_device_name()}, compute capability {major}.{minor})" in first, (
-        explained
-    )
-    assert f'Rebuild it with TORCH_CUDA_ARCH_LIST="{major}.{minor}"' in first
-    assert second == "warnings: []", explained
+    assert result.stdout.count("error: CUDA error: no kernel image") == 2, explained
+    # Once for the device over both calls: as a Python warning, or on stderr from c10's own warning
+    # handler, which is where it went on the H200 with torch 2.11 (the call then fails).
+    named = f"has no kernels for cuda:0 ({torch.cuda.get_device_name()}, compute capability {major}.{minor})"
+    assert (result.stdout + result.stderr).count(named) == 1, explained
+    assert f'Rebuild it with TORCH_CUDA_ARCH_LIST="{major}.{minor}"' in result.stdout + result.stderr, explained
