@@ -3,7 +3,7 @@
 The first of these that exists wins:
   1. a path given on the command line (--library),
   2. $CUSTOM_OPS_LIBRARY,
-  3. the installed Python package `custom_ops` (pip install --no-build-isolation .),
+  3. the installed Python package `custom_ops` (pip install .),
   4. build/libcustom_ops.so in this checkout.
 """
 

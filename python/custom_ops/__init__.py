@@ -9,10 +9,8 @@ by importing it: ``custom_ops.sharding`` (DTensor sharding rules) and ``custom_o
 export).
 
 The library is C++ against libtorch's ABI, which changes between torch releases: the package only
-imports under the torch version it was built against (ImportError otherwise). Build it against the
-torch already installed, without pip's build isolation:
-
-    pip install --no-build-isolation .
+imports under the torch version it was built against (ImportError otherwise). ``pip install .``
+builds it against the torch already installed, and never installs another one.
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ try:
 except ImportError as error:  # the sources, not an installed build
     raise ImportError(
         "custom_ops is not built: python/custom_ops holds only its sources. Install the package with "
-        "`pip install --no-build-isolation .` from the repository root."
+        "`pip install .` from the repository root."
     ) from error
 
 __version__: str = _build_info.VERSION
@@ -68,7 +66,7 @@ def _check_torch_version() -> None:
         raise ImportError(
             f"custom_ops {__version__} was built against torch {TORCH_VERSION}, but torch {torch.__version__} "
             f"is installed ({pathlib.Path(torch.__file__).parent}). Its C++ library only works with the "
-            "torch it was built against: reinstall custom_ops with `pip install --no-build-isolation .` "
+            "torch it was built against: reinstall custom_ops with `pip install .` "
             f"under torch {torch.__version__}, or install torch {TORCH_VERSION}."
         )
 

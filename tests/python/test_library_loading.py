@@ -236,10 +236,7 @@ def package():
     probe = run_python("import custom_ops; print(custom_ops.library_path())")
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["no error output"])[-1][:200]
-        pytest.skip(
-            "the custom_ops package is not importable here (install it with "
-            f"`pip install --no-build-isolation .`): {last}"
-        )
+        pytest.skip(f"the custom_ops package is not importable here (install it with `pip install .`): {last}")
 
 
 needs_package = pytest.mark.usefixtures("package")
