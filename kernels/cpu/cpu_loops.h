@@ -1,7 +1,7 @@
 // Which instruction set's CPU loops run. Each kernels/cpu/*_kernel.cpp is compiled once per set
 // (cmake/CustomOpsCpuKernels.cmake: elementwise loops for DEFAULT and AVX2, reductions for AVX512
 // too) into namespace custom::cpu::<set>, where it defines its op's loop table; the op's
-// *_cpu_dispatch.cpp declares the table in each of those namespaces and picks one with these
+// *_cpu_dispatch.cpp declares the tables with the macros below and picks one with these
 // functions: the set ATen's own kernels of the kind run with.
 #pragma once
 
@@ -18,6 +18,25 @@ namespace AVX512 {}
 namespace widest = AVX2;  // the widest set every loop is built for on this architecture
 #else
 namespace widest = DEFAULT;
+#endif
+
+// Declare, at namespace custom::cpu scope, an op's loop table `name` of type `Loops` in each set
+// its kernel file is built for, as CMakeLists.txt lists the file: under ELEMENTWISE or REDUCTIONS.
+// Its kernel file declares it too, before defining it: a const needs that for external linkage.
+#define CUSTOM_OPS_DECLARE_CPU_LOOPS_IN(set, Loops, name) \
+  namespace set {                                         \
+  extern const Loops name;                                \
+  }
+#if defined(__x86_64__)
+#define CUSTOM_OPS_DECLARE_ELEMENTWISE_CPU_LOOPS(Loops, name) \
+  CUSTOM_OPS_DECLARE_CPU_LOOPS_IN(DEFAULT, Loops, name)       \
+  CUSTOM_OPS_DECLARE_CPU_LOOPS_IN(AVX2, Loops, name)
+#define CUSTOM_OPS_DECLARE_REDUCTION_CPU_LOOPS(Loops, name) \
+  CUSTOM_OPS_DECLARE_ELEMENTWISE_CPU_LOOPS(Loops, name)     \
+  CUSTOM_OPS_DECLARE_CPU_LOOPS_IN(AVX512, Loops, name)
+#else
+#define CUSTOM_OPS_DECLARE_ELEMENTWISE_CPU_LOOPS(Loops, name) CUSTOM_OPS_DECLARE_CPU_LOOPS_IN(DEFAULT, Loops, name)
+#define CUSTOM_OPS_DECLARE_REDUCTION_CPU_LOOPS(Loops, name) CUSTOM_OPS_DECLARE_CPU_LOOPS_IN(DEFAULT, Loops, name)
 #endif
 
 // The widest set's table where ATen runs AVX2 (or AVX512) kernels, else DEFAULT's.

@@ -5,18 +5,7 @@
 
 namespace custom::cpu {
 
-// The tables weighted_square_sum_kernel.cpp defines, one per instruction set it is built for.
-namespace DEFAULT {
-extern const detail::WeightedSquareSumLoops weighted_square_sum_loops;
-}  // namespace DEFAULT
-#if defined(__x86_64__)
-namespace AVX2 {
-extern const detail::WeightedSquareSumLoops weighted_square_sum_loops;
-}  // namespace AVX2
-namespace AVX512 {
-extern const detail::WeightedSquareSumLoops weighted_square_sum_loops;
-}  // namespace AVX512
-#endif
+CUSTOM_OPS_DECLARE_REDUCTION_CPU_LOOPS(detail::WeightedSquareSumLoops, weighted_square_sum_loops)
 
 namespace {
 

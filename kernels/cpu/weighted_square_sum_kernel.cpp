@@ -43,9 +43,14 @@
 #include <c10/util/Unroll.h>
 #include <c10/util/irange.h>
 
+#include "kernels/cpu/cpu_loops.h"
 #include "ops/floating_types.h"
 #include "ops/weighted_square_sum_frontend.h"
 #include "ops/weighted_sum_math.h"
+
+namespace custom::cpu {
+CUSTOM_OPS_DECLARE_REDUCTION_CPU_LOOPS(detail::WeightedSquareSumLoops, weighted_square_sum_loops)
+}  // namespace custom::cpu
 
 namespace custom::cpu::CPU_CAPABILITY {
 namespace {
@@ -578,8 +583,6 @@ void reduce(const detail::WeightedSquareSumReduction& args) {
 
 }  // namespace
 
-// Read by weighted_square_sum_cpu_dispatch.cpp; declared first for the external linkage a const lacks.
-extern const detail::WeightedSquareSumLoops weighted_square_sum_loops;
 const detail::WeightedSquareSumLoops weighted_square_sum_loops{.reduce = reduce};
 
 }  // namespace custom::cpu::CPU_CAPABILITY

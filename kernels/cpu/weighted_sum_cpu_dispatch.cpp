@@ -5,15 +5,7 @@
 
 namespace custom::cpu {
 
-// The tables weighted_sum_kernel.cpp defines, one per instruction set it is built for.
-namespace DEFAULT {
-extern const detail::WeightedSumLoops weighted_sum_loops;
-}  // namespace DEFAULT
-#if defined(__x86_64__)
-namespace AVX2 {
-extern const detail::WeightedSumLoops weighted_sum_loops;
-}  // namespace AVX2
-#endif
+CUSTOM_OPS_DECLARE_ELEMENTWISE_CPU_LOOPS(detail::WeightedSumLoops, weighted_sum_loops)
 
 namespace {
 

@@ -15,12 +15,17 @@
 #include <ATen/cpu/vec/vec.h>
 #include <ATen/native/cpu/Loops.h>
 
+#include "kernels/cpu/cpu_loops.h"
 #include "kernels/cpu/streaming_store.h"
 #include "kernels/cpu/streaming_threshold.h"
 #include "kernels/cpu/weighted_sum_backward_per_channel.h"
 #include "ops/floating_types.h"
 #include "ops/weighted_sum_frontend.h"
 #include "ops/weighted_sum_math.h"
+
+namespace custom::cpu {
+CUSTOM_OPS_DECLARE_ELEMENTWISE_CPU_LOOPS(detail::WeightedSumLoops, weighted_sum_loops)
+}  // namespace custom::cpu
 
 namespace custom::cpu::CPU_CAPABILITY {
 namespace {
@@ -306,8 +311,6 @@ void backward_fused_loop(at::TensorIteratorBase& iter) {
 
 }  // namespace
 
-// Read by weighted_sum_cpu_dispatch.cpp; declared first for the external linkage a const lacks.
-extern const detail::WeightedSumLoops weighted_sum_loops;
 const detail::WeightedSumLoops weighted_sum_loops{
     .forward = forward_loop,
     .backward_fused = backward_fused_loop,
