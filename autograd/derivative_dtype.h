@@ -5,23 +5,11 @@
 // (x.square() of a float32 x) would cost a float64 result its precision.
 #pragma once
 
-#include <initializer_list>
-
 #include <ATen/ATen.h>
-#include <ATen/native/TypeProperties.h>
+
+#include "ops/operand_checks.h"  // detail::result_dtype: the promoted dtype, as in the forward
 
 namespace custom::autograd {
-
-// torch.result_type of the defined tensors (a 0-dim operand promotes like a scalar, as in the forward).
-inline at::ScalarType promoted_dtype(std::initializer_list<at::Tensor> tensors) {
-  at::native::ResultTypeState state{};
-  for (const auto& tensor : tensors) {
-    if (tensor.defined()) {
-      state = at::native::update_result_type_state(tensor, state);
-    }
-  }
-  return at::native::result_type(state);
-}
 
 // `tensor` in `dtype`: itself, with no copy and no dispatcher call, when it has it or is undefined.
 inline at::Tensor in_dtype(const at::Tensor& tensor, at::ScalarType dtype) {

@@ -184,7 +184,7 @@ at::Tensor weighted_square_sum_autograd(
     const auto weight_p = primal_of(weight);
     const auto terms = weighted_sum_tangent(
         input_p, weight_p, tangent_of(input), tangent_of(weight),
-        c10::promoteTypes(promoted_dtype({input_p, weight_p}), result.scalar_type()));
+        c10::promoteTypes(detail::result_dtype({input_p, weight_p}), result.scalar_type()));
     const auto tangent = in_dtype(dims.empty() ? terms.sum() : terms.sum(dims, keepdim), result.scalar_type());
     result._set_fw_grad(
         dims.empty() && keepdim ? tangent.view_symint(result.sym_sizes()) : tangent, /*level=*/0,

@@ -107,7 +107,7 @@ variable_list weighted_sum_backward_gradients(
     const at::Tensor& grad,
     const at::Tensor& input,
     const at::Tensor& weight) {
-  const auto dtype = promoted_dtype({grad, input, weight});
+  const auto dtype = detail::result_dtype({grad, input, weight});
   const auto g = in_dtype(grad, dtype);
   const auto x = in_dtype(input, dtype);
   const auto w = in_dtype(weight, dtype);
@@ -293,7 +293,7 @@ void weighted_sum_inplace_autograd(c10::DispatchKeySet keys, const at::Tensor& s
     // Computed in the promoted dtype, as the write was, then rounded to self's.
     const auto tangent = weighted_sum_tangent(
                              primal_of(original_self), primal_of(original_weight), tangent_of(original_self),
-                             tangent_of(original_weight), promoted_dtype({original_self, original_weight}))
+                             tangent_of(original_weight), detail::result_dtype({original_self, original_weight}))
                              .to(self.scalar_type());
     // An existing tangent is updated in place (it may be a view other tensors share); a new one
     // is attached.

@@ -34,7 +34,7 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_tangents(
     const at::Tensor& input_t,
     const at::Tensor& weight_t,
     std::array<bool, 2> output_mask) {
-  const auto dtype = promoted_dtype({grad, input, weight});
+  const auto dtype = detail::result_dtype({grad, input, weight});
   const auto g = in_dtype(grad, dtype);
   const auto x = in_dtype(input, dtype);
   const auto w = in_dtype(weight, dtype);

@@ -50,11 +50,14 @@ c10::SymDimVector broadcast_shape(
   return shape;
 }
 
-at::ScalarType result_dtype(const at::Tensor& a, const at::Tensor& b) {
+at::ScalarType result_dtype(std::initializer_list<at::Tensor> tensors) {
   // at::result_type's own rule, without its trip through the dispatcher.
   at::native::ResultTypeState state{};
-  state = at::native::update_result_type_state(a, state);
-  state = at::native::update_result_type_state(b, state);
+  for (const auto& tensor : tensors) {
+    if (tensor.defined()) {
+      state = at::native::update_result_type_state(tensor, state);
+    }
+  }
   return at::native::result_type(state);
 }
 
@@ -62,7 +65,7 @@ at::ScalarType check_forward_inputs(const at::Tensor& input, const at::Tensor& w
   check_operand(input, op, "input");
   check_operand(weight, op, "weight");
   check_same_device(input, "input", weight, "weight", op);
-  return result_dtype(input, weight);
+  return result_dtype({input, weight});
 }
 
 void check_destination(

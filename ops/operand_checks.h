@@ -4,6 +4,8 @@
 // Shapes are SymInts throughout: the Meta kernels run on symbolic shapes under torch.compile.
 #pragma once
 
+#include <initializer_list>
+
 #include <ATen/core/Tensor.h>
 #include <c10/core/SymIntArrayRef.h>
 #include <c10/util/DimVector.h>
@@ -21,8 +23,9 @@ void check_same_device(
 c10::SymDimVector broadcast_shape(
     const at::Tensor& a, const char* a_name, const at::Tensor& b, const char* b_name, const char* op);
 
-// torch.result_type(a, b): 0-dim tensors promote like Python scalars of their category.
-at::ScalarType result_dtype(const at::Tensor& a, const at::Tensor& b);
+// torch.result_type of the defined tensors: 0-dim tensors promote like Python scalars of their
+// category. The forward's result dtype, and the dtype every derivative computes in.
+at::ScalarType result_dtype(std::initializer_list<at::Tensor> tensors);
 
 // Checks input and weight of the functional/out overloads and returns the result dtype,
 // torch.result_type(input, weight) (0-dim tensors promote like Python scalars of their category).

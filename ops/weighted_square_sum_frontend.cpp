@@ -260,7 +260,7 @@ at::Tensor weighted_square_sum_impl(
   // Concrete shapes from here on (Meta stopped above).
   const auto sizes = C10_AS_INTARRAYREF_SLOW(shape);
   // The operands in one dtype: the promoted one, or float64 when that is the result's.
-  auto operand_dtype = result_dtype(input, weight);
+  auto operand_dtype = result_dtype({input, weight});
   if (result == at::kDouble) {
     operand_dtype = at::kDouble;
   }

@@ -6,7 +6,6 @@
 #include <ATen/Functions.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
-#include <ATen/native/TypeProperties.h>
 #include <c10/core/SymBool.h>
 #include <c10/core/SymIntArrayRef.h>
 #include <c10/util/DimVector.h>
@@ -341,7 +340,7 @@ void weighted_sum_inplace_impl(const WeightedSumLoops& loops, const at::Tensor& 
   check_operand(self, op, "self");
   check_operand(weight, op, "weight");
   check_same_device(self, "self", weight, "weight", op);
-  check_destination(self, "self", result_dtype(self, weight), self.device(), op);
+  check_destination(self, "self", result_dtype({self, weight}), self.device(), op);
   const auto shape = broadcast_shape(self, "self", weight, "weight", op);
   TORCH_CHECK(
       has_shape(self, shape), op, ": weight of shape ", weight.sym_sizes(), " would broadcast self of shape ",
@@ -410,11 +409,7 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_impl(
     // x**2 grad reads no weight but computes in the dtype the forward promoted to, weight's
     // included: wider than grad's and input's when grad is a narrower in-place self's (or
     // weighted_square_sum's dtype=). Then input is widened, as TensorIterator would widen it.
-    at::native::ResultTypeState state{};
-    for (const auto& operand : {grad, input, weight}) {
-      state = at::native::update_result_type_state(operand, state);
-    }
-    const auto dtype = at::native::result_type(state);
+    const auto dtype = result_dtype({grad, input, weight});
     const auto x = input.scalar_type() == dtype ? input : input.to(dtype);
     grad_weight = gradient_for(weight, shape, loops.backward_weight, {grad, x});
   }
