@@ -1,0 +1,40 @@
+// y = w * x**2: weighted_sum elementwise, weighted_square_sum summed.
+//
+// value keeps the composite's operation order, `w * (x * x)` for `weight * input.square()`: that
+// is what makes float32 and float64 results equal to it bit for bit.
+#pragma once
+
+#include <custom_ops/term.h>
+
+namespace custom::terms {
+
+struct WeightedSquare {
+  static constexpr bool dw_reads_weight = false;
+
+  template <typename T>
+  C10_HOST_DEVICE static T value(T x, T w) {
+    return w * (x * x);
+  }
+  template <typename T>
+  C10_HOST_DEVICE static T dx(T x, T w) {
+    return (x + x) * w;
+  }
+  template <typename T>
+  C10_HOST_DEVICE static T dw(T x, [[maybe_unused]] T w) {
+    return x * x;
+  }
+  template <typename T>
+  C10_HOST_DEVICE static T dxx([[maybe_unused]] T x, T w) {
+    return w + w;
+  }
+  template <typename T>
+  C10_HOST_DEVICE static T dxw(T x, [[maybe_unused]] T w) {
+    return x + x;
+  }
+  template <typename T>
+  C10_HOST_DEVICE static T dww([[maybe_unused]] T x, [[maybe_unused]] T w) {
+    return number<T>(0);
+  }
+};
+
+}  // namespace custom::terms
