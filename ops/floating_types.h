@@ -1,5 +1,5 @@
-// The dtypes the weighted-square kernels compute in: one list for the argument checks and for
-// every kernel's dtype dispatch, so adding a dtype is a one-line change.
+// The dtypes the kernels compute in: one list for the argument checks and for every kernel's dtype
+// dispatch, so adding a dtype is a one-line change.
 #pragma once
 
 #include <ATen/Dispatch.h>
@@ -8,6 +8,10 @@
 // AT_DISPATCH over float16, bfloat16, float32 and float64.
 #define CUSTOM_OPS_DISPATCH_FLOATING_TYPES(dtype, name, ...) \
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, name, __VA_ARGS__)
+
+// The same over a TensorIterator's common dtype, the one its loops compute in.
+#define CUSTOM_OPS_DISPATCH_ITER_FLOATING(iter, name, ...) \
+  CUSTOM_OPS_DISPATCH_FLOATING_TYPES((iter).common_dtype(), name, __VA_ARGS__)
 
 namespace custom::detail {
 
