@@ -1,4 +1,5 @@
-// Autograd kernels: registered at the Autograd key, written like the kernels PyTorch generates for
+// The Autograd kernels of every elementwise operator and every term's backward operator, from the
+// operator table: registered at the Autograd key, written like the kernels PyTorch generates for
 // its own ops (VariableType): they compute the result by redispatching below autograd, then
 // record a graph node for reverse mode (set_history / rebase_history) and set the result's
 // tangent for forward mode. Grad mode is never toggled, so under torch.func transforms each level
@@ -20,14 +21,13 @@
 #include <torch/csrc/dynamo/compiled_autograd.h>
 #include <torch/library.h>
 
-#include <custom_ops/weighted_sum.h>
-
 #include "compiled_autograd_call.h"
 #include "derivative_dtype.h"
 #include "dual_tensors.h"
 #include "node_pointer.h"
-#include "ops/weighted_sum_handles.h"
-#include "weighted_sum_tangents.h"
+#include "ops/handles.h"
+#include "ops/operator_rows.h"
+#include "term_derivatives.h"
 
 namespace custom::autograd {
 
@@ -40,11 +40,13 @@ using torch::autograd::variable_list;
 using torch::dynamo::autograd::CompiledNodeArgs;
 using torch::dynamo::autograd::SwapSavedVariables;
 
-// Backward of y = weight * input**2, and of the in-place form (then input_ is a copy of self taken
-// before the write). Next edges: input, weight.
-struct WeightedSumBackward0 : torch::autograd::TraceableFunction {
+// Backward of y = value(input, weight), and of the in-place form (then input_ is a copy of self
+// taken before the write). Next edges: input, weight. Named after the operator
+// ("WeightedSumBackward0"), as ATen names its nodes.
+template <class Row>
+struct ElementwiseBackward0 : torch::autograd::TraceableFunction {
   variable_list apply(variable_list&& grads) override;
-  std::string name() const override { return "WeightedSumBackward0"; }
+  std::string name() const override { return node_name(Row::schema_name); }
   void release_variables() override {
     std::lock_guard<std::mutex> lock(mutex_);
     input_.reset_data();
@@ -57,12 +59,13 @@ struct WeightedSumBackward0 : torch::autograd::TraceableFunction {
   SavedVariable weight_;
 };
 
-// Backward of (grad_input, grad_weight) = weighted_sum_backward(grad, input, weight, mask), for
-// second and higher order. Inputs: the gradients of grad_input and grad_weight (an output the
-// mask left out has an undefined slot). Next edges: grad, input, weight.
-struct WeightedSumBackwardBackward0 : torch::autograd::TraceableFunction {
+// Backward of a term's (grad_input, grad_weight) = backward(grad, input, weight, mask), for second
+// and higher order. Inputs: the gradients of grad_input and grad_weight (an output the mask left
+// out has an undefined slot). Next edges: grad, input, weight.
+template <class Term>
+struct TermBackwardBackward0 : torch::autograd::TraceableFunction {
   variable_list apply(variable_list&& grads) override;
-  std::string name() const override { return "WeightedSumBackwardBackward0"; }
+  std::string name() const override { return node_name(rows::BackwardOf<Term>::schema_name); }
   void release_variables() override {
     std::lock_guard<std::mutex> lock(mutex_);
     grad_.reset_data();
@@ -85,81 +88,57 @@ using torch::dynamo::autograd::PackedArgs;
 // The backward formulas, as functions of the saved values only: both the node's apply and
 // compiled autograd (which calls them on the traced graph's tensors) run them.
 
-// (grad_input, grad_weight) of y = weight * input**2, by the fused backward operator. An
+// (grad_input, grad_weight) of y = value(input, weight), by the term's backward operator. An
 // undefined incoming grad means zeros: nothing to compute.
-variable_list weighted_sum_gradients(
+template <class Term>
+variable_list elementwise_gradients(
     const variable_list& grads, std::array<bool, 2> needed, const at::Tensor& input, const at::Tensor& weight) {
   variable_list result(2);
   const auto& grad = grads[0];
   if (!grad.defined() || !(needed[0] || needed[1])) {
     return result;
   }
-  std::tie(result[0], result[1]) = custom::weighted_sum_backward(grad, input, weight, needed);
+  std::tie(result[0], result[1]) =
+      detail::backward_handle<rows::BackwardOf<Term>>().call(grad, input, weight, needed);
   return result;
 }
 
-// Differentiates (grad_input, grad_weight) = (sum_to(2 w x g), sum_to(x^2 g)) with plain ATen
-// ops, which are differentiable again, so every higher order works too; in the promoted dtype of
-// grad, input and weight (derivative_dtype.h).
-variable_list weighted_sum_backward_gradients(
-    const variable_list& grads,
-    std::array<bool, 3> needed,
-    const at::Tensor& grad,
-    const at::Tensor& input,
-    const at::Tensor& weight) {
-  const auto dtype = detail::result_dtype({grad, input, weight});
-  const auto g = in_dtype(grad, dtype);
-  const auto x = in_dtype(input, dtype);
-  const auto w = in_dtype(weight, dtype);
-  const auto grad_grad_input = in_dtype(grads[0], dtype);
-  const auto grad_grad_weight = in_dtype(grads[1], dtype);
-  at::Tensor d_grad;
-  at::Tensor d_input;
-  at::Tensor d_weight;
-  if (grad_grad_input.defined()) {
-    const auto two_ggi = 2 * grad_grad_input;
-    if (needed[0]) d_grad = two_ggi * w * x;
-    if (needed[1]) d_input = two_ggi * w * g;
-    if (needed[2]) d_weight = two_ggi * x * g;
-  }
-  if (grad_grad_weight.defined()) {
-    if (needed[0]) d_grad = add_defined(d_grad, grad_grad_weight * x.square());
-    if (needed[1]) d_input = add_defined(d_input, 2 * grad_grad_weight * x * g);
-  }
-  return {reduced_to(d_grad, grad), reduced_to(d_input, input), reduced_to(d_weight, weight)};
-}
-
-variable_list weighted_sum_gradients_packed(const variable_list& grads, const std::vector<c10::IValue>& args) {
+template <class Term>
+variable_list elementwise_gradients_packed(const variable_list& grads, const std::vector<c10::IValue>& args) {
   PackedArgs packed(args);
   const auto needed = packed.unpack<std::array<bool, 2>>();
   const auto input = packed.unpack<at::Tensor>();
   const auto weight = packed.unpack<at::Tensor>();
-  return weighted_sum_gradients(grads, needed, input, weight);
+  return elementwise_gradients<Term>(grads, needed, input, weight);
 }
 
-variable_list weighted_sum_backward_gradients_packed(const variable_list& grads, const std::vector<c10::IValue>& args) {
+template <class Term>
+variable_list backward_gradients_packed(const variable_list& grads, const std::vector<c10::IValue>& args) {
   PackedArgs packed(args);
   const auto needed = packed.unpack<std::array<bool, 3>>();
   const auto grad = packed.unpack<at::Tensor>();
   const auto input = packed.unpack<at::Tensor>();
   const auto weight = packed.unpack<at::Tensor>();
-  return weighted_sum_backward_gradients(grads, needed, grad, input, weight);
+  return term_backward_gradients<Term>(grads, needed, grad, input, weight);
 }
 
 }  // namespace
 
-variable_list WeightedSumBackward0::apply(variable_list&& grads) {
+template <class Row>
+variable_list ElementwiseBackward0<Row>::apply(variable_list&& grads) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::array<bool, 2> needed = {task_should_compute_output(0), task_should_compute_output(1)};
-  return weighted_sum_gradients(grads, needed, input_.unpack(), weight_.unpack());
+  return elementwise_gradients<typename Row::Term>(grads, needed, input_.unpack(), weight_.unpack());
 }
 
-void WeightedSumBackward0::compiled_args(CompiledNodeArgs& args) const {
+template <class Row>
+void ElementwiseBackward0<Row>::compiled_args(CompiledNodeArgs& args) const {
   args.collect(input_, /*is_output=*/false);
   args.collect(weight_, /*is_output=*/false);
 }
 
-variable_list WeightedSumBackward0::apply_with_saved(const variable_list& grads, SwapSavedVariables& saved) {
+template <class Row>
+variable_list ElementwiseBackward0<Row>::apply_with_saved(const variable_list& grads, SwapSavedVariables& saved) {
   saved.before(input_);
   saved.before(weight_);
   PackedArgs packed;
@@ -170,26 +149,29 @@ variable_list WeightedSumBackward0::apply_with_saved(const variable_list& grads,
   const std::vector<at::TypePtr> schema = {
       IValuePacker<std::array<bool, 2>>::packed_type(), IValuePacker<at::Tensor>::packed_type(),
       IValuePacker<at::Tensor>::packed_type()};
-  auto result = call_traced(*this, saved, grads, packed, bound, weighted_sum_gradients_packed, schema);
+  auto result = call_traced(*this, saved, grads, packed, bound, elementwise_gradients_packed<typename Row::Term>, schema);
   saved.after(input_);
   saved.after(weight_);
   return result;
 }
 
-variable_list WeightedSumBackwardBackward0::apply(variable_list&& grads) {
+template <class Term>
+variable_list TermBackwardBackward0<Term>::apply(variable_list&& grads) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::array<bool, 3> needed = {
       task_should_compute_output(0), task_should_compute_output(1), task_should_compute_output(2)};
-  return weighted_sum_backward_gradients(grads, needed, grad_.unpack(), input_.unpack(), weight_.unpack());
+  return term_backward_gradients<Term>(grads, needed, grad_.unpack(), input_.unpack(), weight_.unpack());
 }
 
-void WeightedSumBackwardBackward0::compiled_args(CompiledNodeArgs& args) const {
+template <class Term>
+void TermBackwardBackward0<Term>::compiled_args(CompiledNodeArgs& args) const {
   args.collect(grad_, /*is_output=*/false);
   args.collect(input_, /*is_output=*/false);
   args.collect(weight_, /*is_output=*/false);
 }
 
-variable_list WeightedSumBackwardBackward0::apply_with_saved(const variable_list& grads, SwapSavedVariables& saved) {
+template <class Term>
+variable_list TermBackwardBackward0<Term>::apply_with_saved(const variable_list& grads, SwapSavedVariables& saved) {
   saved.before(grad_);
   saved.before(input_);
   saved.before(weight_);
@@ -203,7 +185,7 @@ variable_list WeightedSumBackwardBackward0::apply_with_saved(const variable_list
   const std::vector<at::TypePtr> schema = {
       IValuePacker<std::array<bool, 3>>::packed_type(), IValuePacker<at::Tensor>::packed_type(),
       IValuePacker<at::Tensor>::packed_type(), IValuePacker<at::Tensor>::packed_type()};
-  auto result = call_traced(*this, saved, grads, packed, bound, weighted_sum_backward_gradients_packed, schema);
+  auto result = call_traced(*this, saved, grads, packed, bound, backward_gradients_packed<Term>, schema);
   saved.after(grad_);
   saved.after(input_);
   saved.after(weight_);
@@ -216,15 +198,16 @@ using torch::autograd::collect_next_edges;
 using torch::autograd::compute_requires_grad;
 using torch::autograd::isFwGradDefined;
 
-at::Tensor weighted_sum_autograd(c10::DispatchKeySet keys, const at::Tensor& input, const at::Tensor& weight) {
+template <class Row>
+at::Tensor elementwise_autograd(c10::DispatchKeySet keys, const at::Tensor& input, const at::Tensor& weight) {
   const bool requires_grad = compute_requires_grad(input, weight);
   const bool has_tangents = isFwGradDefined(input) || isFwGradDefined(weight);
   auto result = [&] {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return detail::weighted_sum_handle().redispatch(keys & c10::after_autograd_keyset, input, weight);
+    return detail::functional_handle<Row>().redispatch(keys & c10::after_autograd_keyset, input, weight);
   }();
   if (requires_grad) {
-    auto grad_fn = make_node<WeightedSumBackward0>();
+    auto grad_fn = make_node<ElementwiseBackward0<Row>>();
     grad_fn->set_next_edges(collect_next_edges(input, weight));
     grad_fn->input_ = SavedVariable(input, /*is_output=*/false);
     grad_fn->weight_ = SavedVariable(weight, /*is_output=*/false);
@@ -232,7 +215,7 @@ at::Tensor weighted_sum_autograd(c10::DispatchKeySet keys, const at::Tensor& inp
     node_attached(grad_fn);
   }
   if (has_tangents) {
-    const auto tangent = weighted_sum_tangent(
+    const auto tangent = term_tangent<typename Row::Term>(
         primal_of(input), primal_of(weight), tangent_of(input), tangent_of(weight), result.scalar_type());
     result._set_fw_grad(tangent, /*level=*/0, /*is_inplace_op=*/false);
   }
@@ -243,38 +226,39 @@ at::Tensor weighted_sum_autograd(c10::DispatchKeySet keys, const at::Tensor& inp
 // schemas that return the mutated tensor; ours returns nothing (for torch.compile), so the check
 // is here: under grad/jvp, such a tensor arrives as an immutable wrapper, and writing into it
 // would silently drop its gradient. Same message as ATen's ops.
-void check_not_captured(const at::Tensor& self) {
+void check_not_captured(const at::Tensor& self, const char* op) {
   const auto* wrapper = at::functorch::maybeGetTensorWrapper(self);
   TORCH_CHECK(
       wrapper == nullptr || !wrapper->is_immutable(),
       "During a grad (vjp, jvp, grad, etc) transform, the function provided attempted to call in-place "
-      "operation (custom::weighted_sum_) that would mutate a captured Tensor. A captured Tensor is one that "
+      "operation (", op, ") that would mutate a captured Tensor. A captured Tensor is one that "
       "is defined outside of the function transform and is not an input to the transformed function.");
 }
 
-void weighted_sum_inplace_autograd(c10::DispatchKeySet keys, const at::Tensor& self, const at::Tensor& weight) {
-  const auto& op = detail::weighted_sum_inplace_handle();
-  check_not_captured(self);
+template <class Row>
+void elementwise_inplace_autograd(c10::DispatchKeySet keys, const at::Tensor& self, const at::Tensor& weight) {
+  const auto& op = detail::inplace_handle<Row>();
+  check_not_captured(self, Row::inplace_name);
   const bool dense = all_dense({self, weight});
   const bool requires_grad = dense && compute_requires_grad(self, weight);
   const bool has_tangents = dense && (isFwGradDefined(self) || isFwGradDefined(weight));
   at::Tensor original_self;
   at::Tensor original_weight = weight;
-  decltype(make_node<WeightedSumBackward0>()) grad_fn;
+  decltype(make_node<ElementwiseBackward0<Row>>()) grad_fn;
   if (requires_grad || has_tangents) {
     // ATen's checks before anything is written: no in-place on a leaf (or a view of one) that
     // requires grad.
     torch::autograd::check_inplace(self, requires_grad);
     // The derivatives read self as it was: a copy made before the write, with grad mode on so
     // its history reaches self's old history (second order). weight is copied only when the
-    // write would change it (weighted_sum_(a, a)).
+    // write would change it (weighted_sum_(a, a), say).
     original_self = self.clone();
     if (at::get_overlap_status(self, weight) != at::MemOverlapStatus::No) {
       original_weight = weight.clone();
     }
   }
   if (requires_grad) {
-    grad_fn = make_node<WeightedSumBackward0>();
+    grad_fn = make_node<ElementwiseBackward0<Row>>();
     grad_fn->set_next_edges(collect_next_edges(self, weight));
     grad_fn->input_ = SavedVariable(original_self, /*is_output=*/false);
     grad_fn->weight_ = SavedVariable(original_weight, /*is_output=*/false);
@@ -291,7 +275,7 @@ void weighted_sum_inplace_autograd(c10::DispatchKeySet keys, const at::Tensor& s
   }
   if (has_tangents) {
     // Computed in the promoted dtype, as the write was, then rounded to self's.
-    const auto tangent = weighted_sum_tangent(
+    const auto tangent = term_tangent<typename Row::Term>(
                              primal_of(original_self), primal_of(original_weight), tangent_of(original_self),
                              tangent_of(original_weight), detail::result_dtype({original_self, original_weight}))
                              .to(self.scalar_type());
@@ -307,17 +291,18 @@ void weighted_sum_inplace_autograd(c10::DispatchKeySet keys, const at::Tensor& s
   }
 }
 
-void weighted_sum_out_autograd(
+template <class Row>
+void elementwise_out_autograd(
     c10::DispatchKeySet keys, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out) {
-  const auto& op = detail::weighted_sum_out_handle();
+  const auto& op = detail::out_handle<Row>();
   // ATen's rules and messages for out= under autograd.
   TORCH_CHECK(
       !compute_requires_grad(input, weight, out),
-      "custom::weighted_sum.out: out=... arguments don't support automatic differentiation, "
+      Row::out_name, ": out=... arguments don't support automatic differentiation, "
       "but one of the arguments requires grad.");
   TORCH_CHECK_NOT_IMPLEMENTED(
       !(isFwGradDefined(input) || isFwGradDefined(weight) || isFwGradDefined(out)),
-      "Trying to use forward AD with custom::weighted_sum.out that does not support it because it is an out= "
+      "Trying to use forward AD with ", Row::out_name, " that does not support it because it is an out= "
       "function");
   {
     at::AutoDispatchBelowADInplaceOrView guard;
@@ -326,13 +311,14 @@ void weighted_sum_out_autograd(
   torch::autograd::increment_version(out);
 }
 
-std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_autograd(
+template <class Term>
+std::tuple<at::Tensor, at::Tensor> term_backward_autograd(
     c10::DispatchKeySet keys,
     const at::Tensor& grad,
     const at::Tensor& input,
     const at::Tensor& weight,
     std::array<bool, 2> output_mask) {
-  const auto& op = detail::weighted_sum_backward_handle();
+  const auto& op = detail::backward_handle<rows::BackwardOf<Term>>();
   const bool computes_any = (output_mask[0] || output_mask[1]) && all_dense({grad, input, weight});
   const bool requires_grad = computes_any && compute_requires_grad(grad, input, weight);
   const bool has_tangents =
@@ -342,7 +328,7 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_autograd(
     return op.redispatch(keys & c10::after_autograd_keyset, grad, input, weight, output_mask);
   }();
   if (requires_grad) {
-    auto grad_fn = make_node<WeightedSumBackwardBackward0>();
+    auto grad_fn = make_node<TermBackwardBackward0<Term>>();
     grad_fn->set_next_edges(collect_next_edges(grad, input, weight));
     grad_fn->grad_ = SavedVariable(grad, /*is_output=*/false);
     grad_fn->input_ = SavedVariable(input, /*is_output=*/false);
@@ -351,7 +337,7 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_autograd(
     node_attached(grad_fn);
   }
   if (has_tangents) {
-    const auto [grad_input_t, grad_weight_t] = weighted_sum_backward_tangents(
+    const auto [grad_input_t, grad_weight_t] = term_backward_tangents<Term>(
         primal_of(grad), primal_of(input), primal_of(weight), tangent_of(grad), tangent_of(input), tangent_of(weight),
         output_mask);
     if (grad_input_t.defined()) {
@@ -367,10 +353,16 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_autograd(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(custom, Autograd, m) {
-  m.impl("weighted_sum", TORCH_FN(weighted_sum_autograd));
-  m.impl("weighted_sum_backward", TORCH_FN(weighted_sum_backward_autograd));
-  m.impl("weighted_sum.out", TORCH_FN(weighted_sum_out_autograd));
-  m.impl("weighted_sum_", TORCH_FN(weighted_sum_inplace_autograd));
+#define CUSTOM_OPS_REGISTER_ELEMENTWISE(name_, Term_)                                  \
+  m.impl(#name_, TORCH_FN(elementwise_autograd<rows::name_>));                         \
+  m.impl(#name_ ".out", TORCH_FN(elementwise_out_autograd<rows::name_>));              \
+  m.impl(#name_ "_", TORCH_FN(elementwise_inplace_autograd<rows::name_>));
+  CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_REGISTER_ELEMENTWISE)
+#undef CUSTOM_OPS_REGISTER_ELEMENTWISE
+#define CUSTOM_OPS_REGISTER_BACKWARD(Term_, backward_) \
+  m.impl(#backward_, TORCH_FN(term_backward_autograd<terms::Term_>));
+  CUSTOM_OPS_TERMS(CUSTOM_OPS_REGISTER_BACKWARD)
+#undef CUSTOM_OPS_REGISTER_BACKWARD
 }
 
 }  // namespace custom::autograd

@@ -5,6 +5,10 @@
 // node-creation hooks (torch.autograd.graph), as ATen's generated kernels do.
 #pragma once
 
+#include <cctype>
+#include <string>
+#include <string_view>
+
 #include <type_traits>
 
 #include <torch/csrc/autograd/VariableTypeUtils.h>
@@ -54,6 +58,22 @@ void rebase_history_and_attach(const at::Tensor& self, NodePointer node) {
   } else {
     node_attached(torch::autograd::rebase_history(self, std::move(node)));
   }
+}
+
+// A node's name as ATen names its generated ones: the operator's name in CamelCase, then
+// "Backward0" (weighted_sum -> WeightedSumBackward0).
+inline std::string node_name(std::string_view op) {
+  std::string name;
+  bool upper = true;
+  for (const char c : op) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    name += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    upper = false;
+  }
+  return name + "Backward0";
 }
 
 }  // namespace custom::autograd

@@ -1,7 +1,7 @@
-// The Autograd kernel of weighted_square_sum, with weighted_sum's mechanism
-// (weighted_sum_autograd.cpp): the result from a redispatch below autograd, then a graph node for
-// reverse mode and the tangent for forward mode. The node's backward is weighted_sum_backward on
-// the broadcast grad, so the reduction inherits the elementwise op's fused backward and its
+// The Autograd kernel of every reduction of the operator table, with the elementwise operators'
+// mechanism (elementwise_autograd.cpp): the result from a redispatch below autograd, then a graph
+// node for reverse mode and the tangent for forward mode. The node's backward is the term's
+// backward operator on the broadcast grad, so a reduction inherits the fused backward and its
 // derivatives of every order.
 #include <array>
 #include <mutex>
@@ -18,23 +18,23 @@
 #include <torch/csrc/dynamo/compiled_autograd.h>
 #include <torch/library.h>
 
-#include <custom_ops/weighted_sum.h>
-
 #include "compiled_autograd_call.h"
 #include "derivative_dtype.h"
 #include "dual_tensors.h"
 #include "node_pointer.h"
-#include "ops/weighted_square_sum_handles.h"
-#include "weighted_sum_tangents.h"
+#include "ops/handles.h"
+#include "ops/operator_rows.h"
+#include "term_derivatives.h"
 
 namespace custom::autograd {
 
-// Backward of y = sum(weight * input**2, dim_, keepdim_): the grad broadcast back over the reduced
-// dims, then weighted_sum_backward, so the reduction's backward is the elementwise op's fused one
-// (and every higher order with it). Next edges: input, weight.
-struct WeightedSquareSumBackward0 : torch::autograd::TraceableFunction {
+// Backward of y = sum(value(input, weight), dim_, keepdim_): the grad broadcast back over the
+// reduced dims, then the term's backward operator, so the reduction's backward is the fused
+// elementwise one (and every higher order with it). Next edges: input, weight.
+template <class Row>
+struct ReductionBackward0 : torch::autograd::TraceableFunction {
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
-  std::string name() const override { return "WeightedSquareSumBackward0"; }
+  std::string name() const override { return node_name(Row::schema_name); }
   void release_variables() override {
     std::lock_guard<std::mutex> lock(mutex_);
     input_.reset_data();
@@ -80,7 +80,8 @@ at::Tensor broadcast_over_reduced(
 
 // (grad_input, grad_weight), as a function of the saved values only: both apply and compiled
 // autograd run it. An undefined incoming grad means zeros: nothing to compute.
-variable_list weighted_square_sum_gradients(
+template <class Term>
+variable_list reduction_gradients(
     const variable_list& grads,
     std::array<bool, 2> needed,
     const at::Tensor& input,
@@ -93,37 +94,41 @@ variable_list weighted_square_sum_gradients(
     return result;
   }
   const auto shape = at::infer_size_symdimvector(input.sym_sizes(), weight.sym_sizes());
-  std::tie(result[0], result[1]) =
-      custom::weighted_sum_backward(broadcast_over_reduced(grad, shape, dim, keepdim), input, weight, needed);
+  std::tie(result[0], result[1]) = detail::backward_handle<rows::BackwardOf<Term>>().call(
+      broadcast_over_reduced(grad, shape, dim, keepdim), input, weight, needed);
   return result;
 }
 
-variable_list weighted_square_sum_gradients_packed(const variable_list& grads, const std::vector<c10::IValue>& args) {
+template <class Term>
+variable_list reduction_gradients_packed(const variable_list& grads, const std::vector<c10::IValue>& args) {
   PackedArgs packed(args);
   const auto needed = packed.unpack<std::array<bool, 2>>();
   const auto input = packed.unpack<at::Tensor>();
   const auto weight = packed.unpack<at::Tensor>();
   const auto dim = packed.unpack<std::vector<int64_t>>();
   const auto keepdim = packed.unpack<bool>();
-  return weighted_square_sum_gradients(grads, needed, input, weight, dim, keepdim);
+  return reduction_gradients<Term>(grads, needed, input, weight, dim, keepdim);
 }
 
 }  // namespace
 
-variable_list WeightedSquareSumBackward0::apply(variable_list&& grads) {
+template <class Row>
+variable_list ReductionBackward0<Row>::apply(variable_list&& grads) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::array<bool, 2> needed = {task_should_compute_output(0), task_should_compute_output(1)};
-  return weighted_square_sum_gradients(grads, needed, input_.unpack(), weight_.unpack(), dim_, keepdim_);
+  return reduction_gradients<typename Row::Term>(grads, needed, input_.unpack(), weight_.unpack(), dim_, keepdim_);
 }
 
-void WeightedSquareSumBackward0::compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const {
+template <class Row>
+void ReductionBackward0<Row>::compiled_args(torch::dynamo::autograd::CompiledNodeArgs& args) const {
   args.collect(input_, /*is_output=*/false);
   args.collect(weight_, /*is_output=*/false);
   args.collect(dim_);
   args.collect(keepdim_);
 }
 
-variable_list WeightedSquareSumBackward0::apply_with_saved(
+template <class Row>
+variable_list ReductionBackward0<Row>::apply_with_saved(
     const variable_list& grads, torch::dynamo::autograd::SwapSavedVariables& saved) {
   saved.before(input_);
   saved.before(weight_);
@@ -138,7 +143,7 @@ variable_list WeightedSquareSumBackward0::apply_with_saved(
       IValuePacker<std::array<bool, 2>>::packed_type(), IValuePacker<at::Tensor>::packed_type(),
       IValuePacker<at::Tensor>::packed_type(), IValuePacker<std::vector<int64_t>>::packed_type(),
       IValuePacker<bool>::packed_type()};
-  auto result = call_traced(*this, saved, grads, packed, bound, weighted_square_sum_gradients_packed, schema);
+  auto result = call_traced(*this, saved, grads, packed, bound, reduction_gradients_packed<typename Row::Term>, schema);
   saved.after(input_);
   saved.after(weight_);
   return result;
@@ -151,7 +156,8 @@ using torch::autograd::compute_requires_grad;
 using torch::autograd::isFwGradDefined;
 using torch::autograd::SavedVariable;
 
-at::Tensor weighted_square_sum_autograd(
+template <class Row>
+at::Tensor reduction_autograd(
     c10::DispatchKeySet keys,
     const at::Tensor& input,
     const at::Tensor& weight,
@@ -163,12 +169,12 @@ at::Tensor weighted_square_sum_autograd(
   const bool has_tangents = dense && (isFwGradDefined(input) || isFwGradDefined(weight));
   auto result = [&] {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return detail::weighted_square_sum_handle().redispatch(
+    return detail::reduction_handle<Row>().redispatch(
         keys & c10::after_autograd_keyset, input, weight, dim, keepdim, dtype);
   }();
   const auto dims = dim.has_value() ? dim->vec() : std::vector<int64_t>{};
   if (requires_grad) {
-    auto grad_fn = make_node<WeightedSquareSumBackward0>();
+    auto grad_fn = make_node<ReductionBackward0<Row>>();
     grad_fn->set_next_edges(collect_next_edges(input, weight));
     grad_fn->input_ = SavedVariable(input, /*is_output=*/false);
     grad_fn->weight_ = SavedVariable(weight, /*is_output=*/false);
@@ -178,11 +184,11 @@ at::Tensor weighted_square_sum_autograd(
     node_attached(grad_fn);
   }
   if (has_tangents) {
-    // The sum of the elementwise op's tangent over the same dims, in the dtype the forward sums
+    // The sum of the term's tangent over the same dims, in the dtype the forward sums
     // in (the promoted operands', or a wider dtype=), rounded to the result's once.
     const auto input_p = primal_of(input);
     const auto weight_p = primal_of(weight);
-    const auto terms = weighted_sum_tangent(
+    const auto terms = term_tangent<typename Row::Term>(
         input_p, weight_p, tangent_of(input), tangent_of(weight),
         c10::promoteTypes(detail::result_dtype({input_p, weight_p}), result.scalar_type()));
     const auto tangent = in_dtype(dims.empty() ? terms.sum() : terms.sum(dims, keepdim), result.scalar_type());
@@ -196,7 +202,9 @@ at::Tensor weighted_square_sum_autograd(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(custom, Autograd, m) {
-  m.impl("weighted_square_sum", TORCH_FN(weighted_square_sum_autograd));
+#define CUSTOM_OPS_REGISTER_REDUCTION(name_, Term_) m.impl(#name_, TORCH_FN(reduction_autograd<rows::name_>));
+  CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_REGISTER_REDUCTION)
+#undef CUSTOM_OPS_REGISTER_REDUCTION
 }
 
 }  // namespace custom::autograd

@@ -1,4 +1,4 @@
-// What every batching rule does with its operands (see weighted_sum_batching.cpp): unwrap them at
+// What every batching rule does with its operands (see elementwise_batching.cpp): unwrap them at
 // the current vmap level, move their batch dims to the front and pad their per-example ranks to a
 // common one, and promote as the per-example op would. Written against functorch's exported
 // plumbing only (BatchRulesHelper.h's helpers are not exported from libtorch).

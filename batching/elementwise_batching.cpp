@@ -1,4 +1,5 @@
-// Batching rules for torch.vmap (the FuncTorchBatched key): one call of the op on the whole
+// Batching rules for torch.vmap (the FuncTorchBatched key) of every elementwise operator and term
+// backward of the operator table: one call of the op on the whole
 // batch instead of functorch's per-example fallback loop, which warns, is slow, and cannot run
 // the mutating overloads at all: unwrap the operands at the current level, move their batch dims
 // to the front, pad their per-example (logical) ranks to a common one so broadcasting never pairs
@@ -9,10 +10,9 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
-#include <custom_ops/weighted_sum.h>
-
 #include "batching_helpers.h"
-#include "ops/weighted_sum_handles.h"
+#include "ops/handles.h"
+#include "ops/operator_rows.h"
 
 namespace custom::batching {
 namespace {
@@ -20,11 +20,12 @@ namespace {
 using at::functorch::isBatchedAtLevel;
 using at::functorch::makeBatched;
 
-at::Tensor weighted_sum_batched(const at::Tensor& input, const at::Tensor& weight) {
+template <class Row>
+at::Tensor elementwise_batched(const at::Tensor& input, const at::Tensor& weight) {
   c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
   const auto level = current_level();
   if (!isBatchedAtLevel(input, level) && !isBatchedAtLevel(weight, level)) {
-    return custom::weighted_sum(input, weight);
+    return custom::detail::functional_handle<Row>().call(input, weight);
   }
   const auto x = unwrap(input, level);
   const auto w = unwrap(weight, level);
@@ -34,14 +35,15 @@ at::Tensor weighted_sum_batched(const at::Tensor& input, const at::Tensor& weigh
   const auto per_example = logical_result_type({&x, &w});
   const auto promoted = at::native::result_type(x_physical, w_physical);
   return makeBatched(
-      custom::weighted_sum(
+      custom::detail::functional_handle<Row>().call(
           promoted_as_per_example(x_physical, per_example, promoted),
           promoted_as_per_example(w_physical, per_example, promoted)),
       0, level);
 }
 
-void weighted_sum_inplace_batched(const at::Tensor& self, const at::Tensor& weight) {
-  const auto& op = custom::detail::weighted_sum_inplace_handle();
+template <class Row>
+void elementwise_inplace_batched(const at::Tensor& self, const at::Tensor& weight) {
+  const auto& op = custom::detail::inplace_handle<Row>();
   c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
   const auto level = current_level();
   const bool self_batched = isBatchedAtLevel(self, level);
@@ -52,13 +54,14 @@ void weighted_sum_inplace_batched(const at::Tensor& self, const at::Tensor& weig
   // ATen's rule for in-place ops under vmap: the result has a batch dim, so self must have one.
   TORCH_CHECK(
       self_batched,
-      "vmap: custom::weighted_sum_(self, weight) is not possible because weight is batched (vmapped over) "
-      "but self is not, and an in-place op cannot give self a batch dimension. Use the out-of-place "
-      "custom::weighted_sum instead.");
+      "vmap: ", Row::inplace_name,
+      "(self, weight) is not possible because weight is batched (vmapped over) "
+      "but self is not, and an in-place op cannot give self a batch dimension. Use the out-of-place ", Row::name,
+      " instead.");
   const auto s = unwrap(self, level);
   const auto w = unwrap(weight, level);
   TORCH_CHECK(
-      w.logical_rank <= s.logical_rank, "custom::weighted_sum_: weight has ", w.logical_rank,
+      w.logical_rank <= s.logical_rank, Row::inplace_name, ": weight has ", w.logical_rank,
       " dimensions per vmapped example, more than self's ", s.logical_rank, ", but an in-place op cannot resize self");
   const auto self_physical = batch_first(s, s.logical_rank);  // a view: the op writes into self
   auto w_physical = batch_first(w, s.logical_rank);
@@ -73,23 +76,26 @@ void weighted_sum_inplace_batched(const at::Tensor& self, const at::Tensor& weig
   op.call(self_physical, w_physical);
 }
 
-void weighted_sum_out_batched(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out) {
-  const auto& op = custom::detail::weighted_sum_out_handle();
+template <class Row>
+void elementwise_out_batched(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out) {
+  const auto& op = custom::detail::out_handle<Row>();
   c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
   const auto level = current_level();
   TORCH_CHECK(
       !isBatchedAtLevel(input, level) && !isBatchedAtLevel(weight, level) && !isBatchedAtLevel(out, level),
-      "custom::weighted_sum.out: vmap over the out= overload is not supported; call the functional "
-      "custom::weighted_sum inside vmap instead.");
+      Row::out_name, ": vmap over the out= overload is not supported; call the functional ", Row::name,
+      " inside vmap instead.");
   op.call(input, weight, out);
 }
 
-std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_batched(
+template <class Term>
+std::tuple<at::Tensor, at::Tensor> term_backward_batched(
     const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight, std::array<bool, 2> output_mask) {
+  const auto& backward = custom::detail::backward_handle<rows::BackwardOf<Term>>();
   c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
   const auto level = current_level();
   if (!isBatchedAtLevel(grad, level) && !isBatchedAtLevel(input, level) && !isBatchedAtLevel(weight, level)) {
-    return custom::weighted_sum_backward(grad, input, weight, output_mask);
+    return backward.call(grad, input, weight, output_mask);
   }
   const auto g = unwrap(grad, level);
   const auto x = unwrap(input, level);
@@ -106,7 +112,7 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_batched(
   const auto g_physical = batch_first(g, rank, batch_size);
   const auto x_physical = batch_first(x, rank, batch_size);
   const auto w_physical = batch_first(w, rank, batch_size);
-  auto [grad_input, grad_weight] = custom::weighted_sum_backward(g_physical, x_physical, w_physical, output_mask);
+  auto [grad_input, grad_weight] = backward.call(g_physical, x_physical, w_physical, output_mask);
   // Back from the padded [batch, 1..., logical dims] to [batch, logical dims].
   const auto unpadded = [&](const at::Tensor& gradient, const Operand& like) {
     if (!gradient.defined()) {
@@ -127,10 +133,15 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_batched(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(custom, FuncTorchBatched, m) {
-  m.impl("weighted_sum", TORCH_FN(weighted_sum_batched));
-  m.impl("weighted_sum_", TORCH_FN(weighted_sum_inplace_batched));
-  m.impl("weighted_sum.out", TORCH_FN(weighted_sum_out_batched));
-  m.impl("weighted_sum_backward", TORCH_FN(weighted_sum_backward_batched));
+#define CUSTOM_OPS_REGISTER_ELEMENTWISE(name_, Term_)                         \
+  m.impl(#name_, TORCH_FN(elementwise_batched<rows::name_>));                 \
+  m.impl(#name_ "_", TORCH_FN(elementwise_inplace_batched<rows::name_>));     \
+  m.impl(#name_ ".out", TORCH_FN(elementwise_out_batched<rows::name_>));
+  CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_REGISTER_ELEMENTWISE)
+#undef CUSTOM_OPS_REGISTER_ELEMENTWISE
+#define CUSTOM_OPS_REGISTER_BACKWARD(Term_, backward_) m.impl(#backward_, TORCH_FN(term_backward_batched<terms::Term_>));
+  CUSTOM_OPS_TERMS(CUSTOM_OPS_REGISTER_BACKWARD)
+#undef CUSTOM_OPS_REGISTER_BACKWARD
 }
 
 }  // namespace custom::batching

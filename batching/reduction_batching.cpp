@@ -1,4 +1,4 @@
-// The batching rule of weighted_square_sum for torch.vmap: the operands with their batch dims
+// The batching rule of every reduction of the operator table for torch.vmap: the operands with their batch dims
 // first (batching_helpers.h), the per-example dims shifted past the batch dim, one call.
 #include <algorithm>
 #include <vector>
@@ -7,9 +7,9 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
-#include <custom_ops/weighted_square_sum.h>
-
 #include "batching_helpers.h"
+#include "ops/handles.h"
+#include "ops/operator_rows.h"
 
 namespace custom::batching {
 namespace {
@@ -17,7 +17,8 @@ namespace {
 using at::functorch::isBatchedAtLevel;
 using at::functorch::makeBatched;
 
-at::Tensor weighted_square_sum_batched(
+template <class Row>
+at::Tensor reduction_batched(
     const at::Tensor& input,
     const at::Tensor& weight,
     at::OptionalIntArrayRef dim,
@@ -26,7 +27,7 @@ at::Tensor weighted_square_sum_batched(
   c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
   const auto level = current_level();
   if (!isBatchedAtLevel(input, level) && !isBatchedAtLevel(weight, level)) {
-    return custom::weighted_square_sum(input, weight, dim, keepdim, dtype);
+    return custom::detail::reduction_handle<Row>().call(input, weight, dim, keepdim, dtype);
   }
   const auto x = unwrap(input, level);
   const auto w = unwrap(weight, level);
@@ -51,7 +52,7 @@ at::Tensor weighted_square_sum_batched(
       }
     }
     physical_dims.push_back(1);
-    return makeBatched(custom::weighted_square_sum(x_physical, w_physical, physical_dims, false, dtype), 0, level);
+    return makeBatched(custom::detail::reduction_handle<Row>().call(x_physical, w_physical, physical_dims, false, dtype), 0, level);
   }
   if (!dim.has_value() || dim->empty()) {
     for (int64_t d = 0; d < rank; ++d) {
@@ -62,13 +63,15 @@ at::Tensor weighted_square_sum_batched(
       physical_dims.push_back(at::maybe_wrap_dim(d, rank) + 1);
     }
   }
-  return makeBatched(custom::weighted_square_sum(x_physical, w_physical, physical_dims, keepdim, dtype), 0, level);
+  return makeBatched(custom::detail::reduction_handle<Row>().call(x_physical, w_physical, physical_dims, keepdim, dtype), 0, level);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(custom, FuncTorchBatched, m) {
-  m.impl("weighted_square_sum", TORCH_FN(weighted_square_sum_batched));
+#define CUSTOM_OPS_REGISTER_REDUCTION(name_, Term_) m.impl(#name_, TORCH_FN(reduction_batched<rows::name_>));
+  CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_REGISTER_REDUCTION)
+#undef CUSTOM_OPS_REGISTER_REDUCTION
 }
 
 }  // namespace custom::batching

@@ -1,4 +1,4 @@
-#include "weighted_sum_frontend.h"
+#include "elementwise_frontend.h"
 
 #include <numeric>
 
@@ -293,20 +293,20 @@ at::Tensor gradient_for(
 
 }  // namespace
 
-at::Tensor weighted_sum_impl(const WeightedSumLoops& loops, const at::Tensor& input, const at::Tensor& weight) {
-  constexpr const char* op = "custom::weighted_sum";
+at::Tensor elementwise_impl(const ElementwiseKernel& kernel, const at::Tensor& input, const at::Tensor& weight) {
+  const char* op = kernel.name;
   const auto dtype = check_forward_inputs(input, weight, op);
   const auto shape = broadcast_shape(input, "input", weight, "weight", op);
   // Laid out as `weight * input.square()` lays out its result (channels_last stays channels_last).
   auto out = at::empty_strided_symint(
       shape, composite_output_strides(input, weight, shape, dtype), input.options().dtype(dtype));
-  run_forward(out, input, weight, loops.forward, Output::Fresh);
+  run_forward(out, input, weight, kernel.loops.forward, Output::Fresh);
   return out;
 }
 
-void weighted_sum_out_impl(
-    const WeightedSumLoops& loops, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out) {
-  constexpr const char* op = "custom::weighted_sum.out";
+void elementwise_out_impl(
+    const ElementwiseKernel& kernel, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& out) {
+  const char* op = kernel.out_name;
   const auto dtype = check_forward_inputs(input, weight, op);
   check_destination(out, "out", dtype, input.device(), op);
   const auto shape = broadcast_shape(input, "input", weight, "weight", op);
@@ -316,7 +316,7 @@ void weighted_sum_out_impl(
   TORCH_CHECK(
       !resize || (!out.is_same(input) && !out.is_same(weight)), op, ": output with shape ", out.sym_sizes(),
       " doesn't match the broadcast shape ", c10::SymIntArrayRef(shape));
-  if (loops.forward != nullptr) {
+  if (kernel.loops.forward != nullptr) {
     // Before the resize, as ATen does, so a refused out is left untouched.
     at::assert_no_internal_overlap(out);
     at::assert_no_partial_overlap(out, input);
@@ -332,11 +332,11 @@ void weighted_sum_out_impl(
   }
   // ATen's out= rule: resize a wrong-shaped out, warning when it held data.
   at::native::resize_output_symint(out, shape);
-  run_forward(out, input, weight, loops.forward, Output::Given);
+  run_forward(out, input, weight, kernel.loops.forward, Output::Given);
 }
 
-void weighted_sum_inplace_impl(const WeightedSumLoops& loops, const at::Tensor& self, const at::Tensor& weight) {
-  constexpr const char* op = "custom::weighted_sum_";
+void elementwise_inplace_impl(const ElementwiseKernel& kernel, const at::Tensor& self, const at::Tensor& weight) {
+  const char* op = kernel.inplace_name;
   check_operand(self, op, "self");
   check_operand(weight, op, "weight");
   check_same_device(self, "self", weight, "weight", op);
@@ -345,16 +345,17 @@ void weighted_sum_inplace_impl(const WeightedSumLoops& loops, const at::Tensor& 
   TORCH_CHECK(
       has_shape(self, shape), op, ": weight of shape ", weight.sym_sizes(), " would broadcast self of shape ",
       self.sym_sizes(), " to ", c10::SymIntArrayRef(shape), ", but an in-place op cannot resize self");
-  run_forward(self, self, weight, loops.forward, Output::Given);
+  run_forward(self, self, weight, kernel.loops.forward, Output::Given);
 }
 
-std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_impl(
-    const WeightedSumLoops& loops,
+std::tuple<at::Tensor, at::Tensor> elementwise_backward_impl(
+    const ElementwiseKernel& kernel,
     const at::Tensor& grad,
     const at::Tensor& input,
     const at::Tensor& weight,
     std::array<bool, 2> output_mask) {
-  constexpr const char* op = "custom::weighted_sum_backward";
+  const char* op = kernel.backward_name;
+  const auto& loops = kernel.loops;
   check_forward_inputs(input, weight, op);
   check_operand(grad, op, "grad");
   check_same_device(grad, "grad", input, "input", op);
@@ -406,12 +407,14 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_impl(
     grad_input = gradient_for(input, shape, loops.backward_input, {grad, input, weight});
   }
   if (output_mask[1]) {
-    // x**2 grad reads no weight but computes in the dtype the forward promoted to, weight's
-    // included: wider than grad's and input's when grad is a narrower in-place self's (or
-    // weighted_square_sum's dtype=). Then input is widened, as TensorIterator would widen it.
+    // dw * grad computes in the dtype the forward promoted to, weight's included: wider than
+    // grad's and input's when grad is a narrower in-place self's (or a reduction's dtype=). Then
+    // input is widened, as TensorIterator would widen it; the weight is an operand only when dw
+    // reads it.
     const auto dtype = result_dtype({grad, input, weight});
     const auto x = input.scalar_type() == dtype ? input : input.to(dtype);
-    grad_weight = gradient_for(weight, shape, loops.backward_weight, {grad, x});
+    grad_weight = kernel.dw_reads_weight ? gradient_for(weight, shape, loops.backward_weight, {grad, x, weight})
+                                         : gradient_for(weight, shape, loops.backward_weight, {grad, x});
   }
   return {grad_input, grad_weight};
 }
@@ -421,5 +424,5 @@ std::tuple<at::Tensor, at::Tensor> weighted_sum_backward_impl(
 // The Meta kernels: this frontend with no loops, on SymInt shapes, so FakeTensor and
 // torch.compile(dynamic=True) need no Python fake implementation.
 TORCH_LIBRARY_IMPL(custom, Meta, m) {
-  custom::detail::register_weighted_sum_kernels<custom::detail::kNoLoops>(m);
+  custom::detail::register_elementwise_kernels<custom::detail::NoElementwiseLoops>(m);
 }

@@ -1,33 +1,42 @@
-// custom::weighted_sum.Scalar: a number as weight, like aten::mul.Scalar. One composite kernel: it
-// makes the number a 0-dim tensor on input's device and calls the tensor overload, so autograd
-// (gradient w.r.t. input), forward AD, vmap, Meta and torch.compile all come from that overload's
-// kernels.
+// Every elementwise operator's .Scalar overload: a number as weight, like aten::mul.Scalar. One
+// composite kernel: it makes the number a 0-dim tensor on input's device and calls the tensor
+// overload, so autograd (gradient w.r.t. input), forward AD, vmap, Meta and torch.compile all
+// come from that overload's kernels.
 #include <ATen/ExpandUtils.h>
 #include <ATen/Functions.h>
 #include <torch/library.h>
 
-#include <custom_ops/weighted_sum.h>
-
+#include "handles.h"
 #include "operand_checks.h"
+#include "operator_rows.h"
 
+namespace custom::detail {
 namespace {
 
-at::Tensor weighted_sum_scalar(const at::Tensor& input, const at::Scalar& weight) {
+template <class Row>
+at::Tensor elementwise_scalar(const at::Tensor& input, const at::Scalar& weight) {
   // The documented dtype refusal for an integer input, before its dtype has to hold the number.
-  custom::detail::check_operand(input, "custom::weighted_sum", "input");
+  check_operand(input, Row::name, "input");
   // mul.Scalar's dtype: a number does not promote a float tensor of its category. The 0-dim weight
   // is made in that dtype outright (not as a flagged "wrapped number", a flag graph capture drops),
   // so every caller, traced or not, gets the same promotion. Made in the number's own type and
   // then cast, as ATen casts it: a number past the dtype's range becomes inf, not an error.
   const auto dtype = at::result_type(input, weight);
   const auto number = at::scalar_tensor(weight, input.options().dtype(weight.type()));
-  return custom::weighted_sum(input, number.to(dtype));
+  return functional_handle<Row>().call(input, number.to(dtype));
+}
+
+void register_scalar_overloads(torch::Library& m) {
+#define CUSTOM_OPS_REGISTER_SCALAR(name_, Term_) m.impl(#name_ ".Scalar", &elementwise_scalar<rows::name_>);
+  CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_REGISTER_SCALAR)
+#undef CUSTOM_OPS_REGISTER_SCALAR
 }
 
 }  // namespace
+}  // namespace custom::detail
 
 TORCH_LIBRARY_IMPL(custom, CompositeImplicitAutograd, m) {
-  m.impl("weighted_sum.Scalar", weighted_sum_scalar);
+  custom::detail::register_scalar_overloads(m);
 }
 
 // functorch's vmap key comes before CompositeImplicitAutograd: without this the batched fallback
@@ -35,5 +44,5 @@ TORCH_LIBRARY_IMPL(custom, CompositeImplicitAutograd, m) {
 // ATen registers its own composites' decompositions; the tensor overload's batching rule does
 // the rest.
 TORCH_LIBRARY_IMPL(custom, FuncTorchBatched, m) {
-  m.impl("weighted_sum.Scalar", weighted_sum_scalar);
+  custom::detail::register_scalar_overloads(m);
 }

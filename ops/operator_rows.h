@@ -14,6 +14,7 @@ struct BackwardOf;
   template <>                                                 \
   struct BackwardOf<terms::Term_> {                           \
     using Term = terms::Term_;                                \
+    using Backward = BackwardOf;                              \
     static constexpr const char* schema_name = #backward_;    \
     static constexpr const char* name = "custom::" #backward_; \
   };

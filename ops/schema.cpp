@@ -1,6 +1,6 @@
-// The one place where the `custom` operators are declared. Every other file only registers
-// kernels for these schemas with TORCH_LIBRARY_IMPL; the layout errors below cover every schema
-// listed here.
+// The one place where the `custom` operators are declared, each from its row of the operator
+// table. Every other file only registers kernels for these schemas with TORCH_LIBRARY_IMPL; the
+// layout errors below cover every schema listed here.
 //
 // The out= and in-place overloads mutate an argument and return nothing: torch.compile's
 // auto-functionalization only handles mutating custom ops without aliased returns.
@@ -16,6 +16,8 @@
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
+#include <custom_ops/operators.h>
+
 namespace custom {
 namespace {
 
@@ -25,28 +27,36 @@ struct Operator {
   bool composite = false;
 };
 
-constexpr Operator kOperators[] = {
-    {"weighted_sum(Tensor input, Tensor weight) -> Tensor"},
-    // A Python number as weight, like aten::mul.Scalar (weighted_sum_scalar.cpp).
-    {"weighted_sum.Scalar(Tensor input, Scalar weight) -> Tensor", /*composite=*/true},
-    {"weighted_sum.out(Tensor input, Tensor weight, *, Tensor(a!) out) -> ()"},
-    {"weighted_sum_(Tensor(a!) self, Tensor weight) -> ()"},
-    // Which gradients to compute is an argument, so an unneeded one costs nothing.
-    {"weighted_sum_backward(Tensor grad, Tensor input, Tensor weight, bool[2] output_mask)"
-     " -> (Tensor, Tensor)"},
+// Each row of the operator table (custom_ops/operators.h) gives its operator's schemas.
+#define CUSTOM_OPS_ELEMENTWISE_SCHEMAS(name_, Term_)                              \
+  {#name_ "(Tensor input, Tensor weight) -> Tensor"},                              \
+      /* A Python number as weight, like aten::mul.Scalar (elementwise_scalar.cpp). */ \
+      {#name_ ".Scalar(Tensor input, Scalar weight) -> Tensor", /*composite=*/true}, \
+      {#name_ ".out(Tensor input, Tensor weight, *, Tensor(a!) out) -> ()"},       \
+      {#name_ "_(Tensor(a!) self, Tensor weight) -> ()"},
+// Which gradients to compute is an argument, so an unneeded one costs nothing. A reduction's
+// backward is its term's, with the grad broadcast back over the reduced dims.
+#define CUSTOM_OPS_BACKWARD_SCHEMA(Term_, backward_) \
+  {#backward_ "(Tensor grad, Tensor input, Tensor weight, bool[2] output_mask) -> (Tensor, Tensor)"},
+// The sum over `dim` (every dim when None or empty), like torch.sum.
+#define CUSTOM_OPS_REDUCTION_SCHEMA(name_, Term_) \
+  {#name_ "(Tensor input, Tensor weight, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"},
 
-    // sum(weight * input**2) over `dim` (every dim when None or empty), like torch.sum. Its
-    // backward is weighted_sum_backward's with the grad broadcast back over the reduced dims.
-    {"weighted_square_sum(Tensor input, Tensor weight, int[1]? dim=None, bool keepdim=False, *,"
-     " ScalarType? dtype=None) -> Tensor"},
+constexpr Operator kOperators[] = {
+    CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_ELEMENTWISE_SCHEMAS)
+    CUSTOM_OPS_TERMS(CUSTOM_OPS_BACKWARD_SCHEMA)
+    CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_REDUCTION_SCHEMA)
 };
+#undef CUSTOM_OPS_ELEMENTWISE_SCHEMAS
+#undef CUSTOM_OPS_BACKWARD_SCHEMA
+#undef CUSTOM_OPS_REDUCTION_SCHEMA
 
 }  // namespace
 
 namespace detail {
 
-// CUSTOM_OPS_LIBRARY(ns, m) { m.def(...); }: TORCH_LIBRARY, safe against a second copy of this
-// library in one process (a build tree's and an installed package's, say).
+// TORCH_LIBRARY(custom, m), safe against a second copy of this library in one process (a build
+// tree's and an installed package's, say).
 //
 // TORCH_LIBRARY throws from a static initializer when the namespace is already defined, and an
 // exception there aborts the process. Here the second copy defines nothing and warns instead;
@@ -89,21 +99,20 @@ DefineLibraryOnce::DefineLibraryOnce(const char* ns, void (*define)(torch::Libra
 }  // namespace detail
 }  // namespace custom
 
-// m names the function's parameter, which cannot be parenthesized.
-// NOLINTBEGIN(bugprone-macro-parentheses)
-#define CUSTOM_OPS_LIBRARY(ns, m)                                                       \
-  static void CUSTOM_OPS_LIBRARY_define_##ns(torch::Library&);                          \
-  static const ::custom::detail::DefineLibraryOnce CUSTOM_OPS_LIBRARY_once_##ns(        \
-      #ns, &CUSTOM_OPS_LIBRARY_define_##ns, __FILE__, static_cast<uint32_t>(__LINE__)); \
-  void CUSTOM_OPS_LIBRARY_define_##ns(torch::Library& m)
-// NOLINTEND(bugprone-macro-parentheses)
+namespace custom {
+namespace {
 
-CUSTOM_OPS_LIBRARY(custom, m) {
+void define_operators(torch::Library& m) {
   const std::vector<at::Tag> tags = {at::Tag::pt2_compliant_tag};
-  for (const auto& op : custom::kOperators) {
+  for (const auto& op : kOperators) {
     m.def(op.schema, tags);
   }
 }
+
+const detail::DefineLibraryOnce operators_defined("custom", &define_operators, __FILE__, __LINE__);
+
+}  // namespace
+}  // namespace custom
 
 // Sparse, sparse-CSR, mkldnn and nested tensors dispatch to their own keys, where the dispatcher
 // would only say "could not run ... with arguments from the 'SparseCPU' backend". These kernels
