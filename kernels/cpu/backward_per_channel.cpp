@@ -1,7 +1,8 @@
-// CPU loop of the per-channel backward (ops/weighted_sum_backward_plan.h): grad and input a
-// contiguous [outer, channels, inner] block, the weight [channels]. One pass writes
-// grad_input = 2 w x g and sums grad_weight's terms x^2 g into partial sums; a second, small pass
-// adds the partials of each channel. Compiled per instruction set like weighted_sum_kernel.cpp.
+// CPU loop of the per-channel backward (ops/backward_per_channel_plan.h), for every term: grad and
+// input a contiguous [outer, channels, inner] block, the weight [channels]. One pass writes
+// grad_input = dx(x, w) g and sums grad_weight's terms dw(x, w) g into partial sums; a second,
+// small pass adds the partials of each channel. Compiled per instruction set like
+// elementwise_kernel.cpp.
 //
 // Determinism: the partials belong to work units whose size depends on the shape alone (a block
 // of rows, or a chunk of a run), never on the thread count, and every sum runs in a fixed order,
@@ -20,9 +21,9 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
-#include "kernels/cpu/weighted_sum_backward_per_channel.h"
+#include "kernels/cpu/backward_per_channel.h"
 #include "ops/floating_types.h"
-#include "ops/weighted_sum_math.h"
+#include "ops/operator_rows.h"
 
 namespace custom::cpu::CPU_CAPABILITY {
 namespace {
@@ -67,56 +68,94 @@ Vec<scalar_t> narrow(const Wide<scalar_t>& parts) {
   }
 }
 
-// The generic loops' arithmetic (weighted_sum_math.h): grad_input bitwise as theirs.
-constexpr math::WeightedSquareInputGradient input_gradient;
-constexpr math::WeightedSquareWeightGradient weight_term;
-
 template <typename scalar_t>
 struct Pointers {
   scalar_t* grad_input;  // null when not requested
   const scalar_t* grad;
   const scalar_t* input;
-  const scalar_t* weight;  // null when grad_input is not requested: only it reads the weight
+  const scalar_t* weight;  // null when nothing requested reads it (reads_weight)
 };
+
+// Whether the requested gradients read the weight: grad_input always, grad_weight when dw does.
+template <class Term, bool kInput>
+constexpr bool reads_weight = kInput || Term::dw_reads_weight;
+
+// The body of both loops, for T the op-math type or an AccVec: writes grad_input's value to
+// `grad_input` (when kInput) and returns grad_weight's term (when kWeight, else 0).
+template <class Term, bool kInput, bool kWeight, typename T>
+T gradients(T x, T g, T w, T& grad_input) {
+  if constexpr (kInput) {
+    grad_input = Term::dx(x, w) * g;
+  }
+  if constexpr (kWeight) {
+    return Term::dw(x, w) * g;
+  } else {
+    return T(0);
+  }
+}
+
+// The same for the Vec of elements at `offset`: grad_input's stored, grad_weight's terms
+// returned in the op-math type.
+template <class Term, bool kInput, bool kWeight, typename scalar_t>
+Wide<scalar_t> vector_gradients(const Pointers<scalar_t>& p, int64_t offset, const Wide<scalar_t>& w) {
+  using V = Vec<scalar_t>;
+  const auto xs = widen<scalar_t>(V::loadu(p.input + offset));
+  const auto gs = widen<scalar_t>(V::loadu(p.grad + offset));
+  Wide<scalar_t> out;
+  Wide<scalar_t> terms;
+  for (int part = 0; part < kParts<scalar_t>; ++part) {
+    terms[part] = gradients<Term, kInput, kWeight>(xs[part], gs[part], w[part], out[part]);
+  }
+  if constexpr (kInput) {
+    narrow<scalar_t>(out).store(p.grad_input + offset);
+  }
+  return terms;
+}
+
+// The same for the element at `offset`.
+template <class Term, bool kInput, bool kWeight, typename scalar_t>
+acc_t<scalar_t> scalar_gradients(const Pointers<scalar_t>& p, int64_t offset, acc_t<scalar_t> w) {
+  using opmath_t = acc_t<scalar_t>;
+  opmath_t out = 0;
+  const opmath_t term = gradients<Term, kInput, kWeight>(
+      static_cast<opmath_t>(p.input[offset]), static_cast<opmath_t>(p.grad[offset]), w, out);
+  if constexpr (kInput) {
+    p.grad_input[offset] = static_cast<scalar_t>(out);
+  }
+  return term;
+}
 
 // inner == 1: rows [begin, end) of the [outer, channels] matrix; adds each column's terms into
 // acc[channels] (when kWeight).
-template <typename scalar_t, bool kInput, bool kWeight>
+template <class Term, typename scalar_t, bool kInput, bool kWeight>
 void rows_block(const Pointers<scalar_t>& p, int64_t channels, int64_t begin, int64_t end, acc_t<scalar_t>* acc) {
   using V = Vec<scalar_t>;
   using A = AccVec<scalar_t>;
   using opmath_t = acc_t<scalar_t>;
+  constexpr bool kReadsWeight = reads_weight<Term, kInput>;
   for (int64_t row = begin; row < end; ++row) {
     const int64_t offset = row * channels;
-    const scalar_t* x = p.input + offset;
-    const scalar_t* g = p.grad + offset;
     int64_t c = 0;
     for (; c + V::size() <= channels; c += V::size()) {
-      const auto xs = widen<scalar_t>(V::loadu(x + c));
-      const auto gs = widen<scalar_t>(V::loadu(g + c));
-      if constexpr (kInput) {
-        const auto ws = widen<scalar_t>(V::loadu(p.weight + c));
-        Wide<scalar_t> out;
-        for (int part = 0; part < kParts<scalar_t>; ++part) {
-          out[part] = input_gradient(gs[part], xs[part], ws[part]);
-        }
-        narrow<scalar_t>(out).store(p.grad_input + offset + c);
+      Wide<scalar_t> ws;
+      if constexpr (kReadsWeight) {
+        ws = widen<scalar_t>(V::loadu(p.weight + c));
+      } else {
+        ws.fill(A(opmath_t(0)));
       }
+      const auto terms = vector_gradients<Term, kInput, kWeight>(p, offset + c, ws);
       if constexpr (kWeight) {
         for (int part = 0; part < kParts<scalar_t>; ++part) {
           opmath_t* sum = acc + c + part * A::size();
-          (A::loadu(sum) + weight_term(gs[part], xs[part])).store(sum);
+          (A::loadu(sum) + terms[part]).store(sum);
         }
       }
     }
     for (; c < channels; ++c) {
-      const opmath_t xf = x[c];
-      const opmath_t gf = g[c];
-      if constexpr (kInput) {
-        p.grad_input[offset + c] = static_cast<scalar_t>(input_gradient(gf, xf, static_cast<opmath_t>(p.weight[c])));
-      }
+      const opmath_t w = kReadsWeight ? static_cast<opmath_t>(p.weight[c]) : opmath_t(0);
+      const opmath_t term = scalar_gradients<Term, kInput, kWeight>(p, offset + c, w);
       if constexpr (kWeight) {
-        acc[c] += weight_term(gf, xf);
+        acc[c] += term;
       }
     }
   }
@@ -124,30 +163,22 @@ void rows_block(const Pointers<scalar_t>& p, int64_t channels, int64_t begin, in
 
 // inner > 1: `length` elements of one run, all with one weight; returns the sum of their terms
 // (when kWeight): vector lanes, then the lanes and the tail in order.
-template <typename scalar_t, bool kInput, bool kWeight>
+template <class Term, typename scalar_t, bool kInput, bool kWeight>
 acc_t<scalar_t> run_chunk(const Pointers<scalar_t>& p, int64_t offset, int64_t length, scalar_t weight) {
   using V = Vec<scalar_t>;
   using A = AccVec<scalar_t>;
   using opmath_t = acc_t<scalar_t>;
-  const scalar_t* x = p.input + offset;
-  const scalar_t* g = p.grad + offset;
-  const A w(static_cast<opmath_t>(weight));
+  const opmath_t w = static_cast<opmath_t>(weight);
+  Wide<scalar_t> ws;
+  ws.fill(A(w));
   Wide<scalar_t> sums;
   sums.fill(A(opmath_t(0)));
   int64_t i = 0;
   for (; i + V::size() <= length; i += V::size()) {
-    const auto xs = widen<scalar_t>(V::loadu(x + i));
-    const auto gs = widen<scalar_t>(V::loadu(g + i));
-    if constexpr (kInput) {
-      Wide<scalar_t> out;
-      for (int part = 0; part < kParts<scalar_t>; ++part) {
-        out[part] = input_gradient(gs[part], xs[part], w);
-      }
-      narrow<scalar_t>(out).store(p.grad_input + offset + i);
-    }
+    const auto terms = vector_gradients<Term, kInput, kWeight>(p, offset + i, ws);
     if constexpr (kWeight) {
       for (int part = 0; part < kParts<scalar_t>; ++part) {
-        sums[part] = sums[part] + weight_term(gs[part], xs[part]);
+        sums[part] = sums[part] + terms[part];
       }
     }
   }
@@ -162,13 +193,9 @@ acc_t<scalar_t> run_chunk(const Pointers<scalar_t>& p, int64_t offset, int64_t l
     }
   }
   for (; i < length; ++i) {
-    const opmath_t xf = x[i];
-    const opmath_t gf = g[i];
-    if constexpr (kInput) {
-      p.grad_input[offset + i] = static_cast<scalar_t>(input_gradient(gf, xf, static_cast<opmath_t>(weight)));
-    }
+    const opmath_t term = scalar_gradients<Term, kInput, kWeight>(p, offset + i, w);
     if constexpr (kWeight) {
-      total += weight_term(gf, xf);
+      total += term;
     }
   }
   return total;
@@ -196,15 +223,16 @@ void sum_partials(
   });
 }
 
-template <typename scalar_t, bool kInput, bool kWeight>
+template <class Term, typename scalar_t, bool kInput, bool kWeight>
 void per_channel(const detail::PerChannelBackward& args) {
   using opmath_t = acc_t<scalar_t>;
+  constexpr bool kReadsWeight = reads_weight<Term, kInput>;
   const auto [outer, channels, inner] = args.shape;
   const Pointers<scalar_t> p{
       kInput ? args.grad_input.data_ptr<scalar_t>() : nullptr,
       args.grad.const_data_ptr<scalar_t>(),
       args.input.const_data_ptr<scalar_t>(),
-      kInput ? args.weight.const_data_ptr<scalar_t>() : nullptr,
+      kReadsWeight ? args.weight.const_data_ptr<scalar_t>() : nullptr,
   };
   const auto acc_options = args.grad.options().dtype(c10::CppTypeToScalarType<opmath_t>::value);
   if (inner == 1) {
@@ -214,7 +242,7 @@ void per_channel(const detail::PerChannelBackward& args) {
     const int64_t grain = std::max<int64_t>(1, kGrainElements / (kRowsPerBlock * channels));
     at::parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
       for (int64_t block = begin; block < end; ++block) {
-        rows_block<scalar_t, kInput, kWeight>(
+        rows_block<Term, scalar_t, kInput, kWeight>(
             p, channels, block * kRowsPerBlock, std::min(outer, (block + 1) * kRowsPerBlock),
             kWeight ? acc + block * channels : nullptr);
       }
@@ -233,8 +261,9 @@ void per_channel(const detail::PerChannelBackward& args) {
     for (int64_t unit = begin; unit < end; ++unit) {
       const int64_t run = unit / chunks;
       const int64_t start = (unit % chunks) * kRunChunk;
-      const opmath_t sum = run_chunk<scalar_t, kInput, kWeight>(
-          p, run * inner + start, std::min(kRunChunk, inner - start), kInput ? p.weight[run % channels] : scalar_t(0));
+      const opmath_t sum = run_chunk<Term, scalar_t, kInput, kWeight>(
+          p, run * inner + start, std::min(kRunChunk, inner - start),
+          kReadsWeight ? p.weight[run % channels] : scalar_t(0));
       if constexpr (kWeight) {
         acc[unit] = sum;
       }
@@ -247,12 +276,18 @@ void per_channel(const detail::PerChannelBackward& args) {
 
 }  // namespace
 
+template <class Term>
 void backward_per_channel(const detail::PerChannelBackward& args) {
-  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(args.input.scalar_type(), "weighted_sum_backward_per_channel_cpu", [&] {
+  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(args.input.scalar_type(), "elementwise_backward_per_channel_cpu", [&] {
     detail::with_requested_gradients(args, [&](auto input, auto weight) {
-      per_channel<scalar_t, decltype(input)::value, decltype(weight)::value>(args);
+      per_channel<Term, scalar_t, decltype(input)::value, decltype(weight)::value>(args);
     });
   });
 }
+
+#define CUSTOM_OPS_INSTANTIATE(Term_, backward_) \
+  template void backward_per_channel<terms::Term_>(const detail::PerChannelBackward& args);
+CUSTOM_OPS_TERMS(CUSTOM_OPS_INSTANTIATE)
+#undef CUSTOM_OPS_INSTANTIATE
 
 }  // namespace custom::cpu::CPU_CAPABILITY

@@ -1,42 +1,43 @@
 // Which instruction set's CPU loops run. Each kernels/cpu/*_kernel.cpp is compiled once per set
 // (cmake/CustomOpsCpuKernels.cmake: elementwise loops for DEFAULT and AVX2, reductions for AVX512
-// too) into namespace custom::cpu::<set>, where it defines its op's loop table; the op's
-// *_cpu_dispatch.cpp declares the tables with the macros below and picks one with these
-// functions: the set ATen's own kernels of the kind run with.
+// too) into namespace custom::cpu::<set>, where it defines its engine's loop table for every term
+// (the templates below, explicitly instantiated over CUSTOM_OPS_TERMS). The engine's
+// *_cpu_dispatch.cpp picks one set's table at run time and registers trampolines into it.
 #pragma once
 
 #include <string>
 
 #include <ATen/Version.h>
 
+namespace custom::detail {
+struct ElementwiseLoops;  // ops/elementwise_frontend.h
+struct ReductionLoops;  // ops/reduction_frontend.h
+}  // namespace custom::detail
+
 namespace custom::cpu {
 
-namespace DEFAULT {}
+// Each set's tables, one per term, as CMakeLists.txt lists the kernel files: under ELEMENTWISE
+// (no AVX512 build) or REDUCTIONS.
+namespace DEFAULT {
+template <class Term>
+const detail::ElementwiseLoops& elementwise_loops();
+template <class Term>
+const detail::ReductionLoops& reduction_loops();
+}  // namespace DEFAULT
 #if defined(__x86_64__)
-namespace AVX2 {}
-namespace AVX512 {}
+namespace AVX2 {
+template <class Term>
+const detail::ElementwiseLoops& elementwise_loops();
+template <class Term>
+const detail::ReductionLoops& reduction_loops();
+}  // namespace AVX2
+namespace AVX512 {
+template <class Term>
+const detail::ReductionLoops& reduction_loops();
+}  // namespace AVX512
 namespace widest = AVX2;  // the widest set every loop is built for on this architecture
 #else
 namespace widest = DEFAULT;
-#endif
-
-// Declare, at namespace custom::cpu scope, an op's loop table `name` of type `Loops` in each set
-// its kernel file is built for, as CMakeLists.txt lists the file: under ELEMENTWISE or REDUCTIONS.
-// Its kernel file declares it too, before defining it: a const needs that for external linkage.
-#define CUSTOM_OPS_DECLARE_CPU_LOOPS_IN(set, Loops, name) \
-  namespace set {                                         \
-  extern const Loops name;                                \
-  }
-#if defined(__x86_64__)
-#define CUSTOM_OPS_DECLARE_ELEMENTWISE_CPU_LOOPS(Loops, name) \
-  CUSTOM_OPS_DECLARE_CPU_LOOPS_IN(DEFAULT, Loops, name)       \
-  CUSTOM_OPS_DECLARE_CPU_LOOPS_IN(AVX2, Loops, name)
-#define CUSTOM_OPS_DECLARE_REDUCTION_CPU_LOOPS(Loops, name) \
-  CUSTOM_OPS_DECLARE_ELEMENTWISE_CPU_LOOPS(Loops, name)     \
-  CUSTOM_OPS_DECLARE_CPU_LOOPS_IN(AVX512, Loops, name)
-#else
-#define CUSTOM_OPS_DECLARE_ELEMENTWISE_CPU_LOOPS(Loops, name) CUSTOM_OPS_DECLARE_CPU_LOOPS_IN(DEFAULT, Loops, name)
-#define CUSTOM_OPS_DECLARE_REDUCTION_CPU_LOOPS(Loops, name) CUSTOM_OPS_DECLARE_CPU_LOOPS_IN(DEFAULT, Loops, name)
 #endif
 
 // The widest set's table where ATen runs AVX2 (or AVX512) kernels, else DEFAULT's.
@@ -64,6 +65,34 @@ const Loops* reduction_loops_for_cpu_capability(
   }
 #endif
   return loops_for_cpu_capability(widest_loops, default_loops);
+}
+
+// The term's tables of every set, chosen once, at the first call.
+template <class Term>
+const detail::ElementwiseLoops& selected_elementwise_loops() {
+  static const detail::ElementwiseLoops* const loops =
+      loops_for_cpu_capability(&widest::elementwise_loops<Term>(), &DEFAULT::elementwise_loops<Term>());
+  return *loops;
+}
+
+template <class Term>
+const detail::ReductionLoops& selected_reduction_loops() {
+#if defined(__x86_64__)
+  static const detail::ReductionLoops* const loops = reduction_loops_for_cpu_capability(
+      &AVX512::reduction_loops<Term>(), &widest::reduction_loops<Term>(), &DEFAULT::reduction_loops<Term>());
+#else
+  static const detail::ReductionLoops* const loops = &DEFAULT::reduction_loops<Term>();
+#endif
+  return *loops;
+}
+
+// A registered table's entry: calls the entry kLoop (a member pointer, as
+// &detail::ElementwiseLoops::forward) of the table kSelected() returns, with the entry's own
+// arguments (deduced from the pointer it initializes), e.g.
+//   .forward = call_selected<&selected_elementwise_loops<Term>, &detail::ElementwiseLoops::forward>
+template <auto kSelected, auto kLoop, typename... Args>
+void call_selected(Args... args) {
+  (kSelected().*kLoop)(args...);
 }
 
 }  // namespace custom::cpu

@@ -1,48 +1,27 @@
 // Registers the CPU kernels with the loops of the instruction set ATen's own elementwise kernels
-// run with (cpu_loops.h).
+// run with (cpu_loops.h), for every term.
 #include "kernels/cpu/cpu_loops.h"
-#include "ops/weighted_sum_frontend.h"
+#include "ops/elementwise_frontend.h"
 
 namespace custom::cpu {
-
-CUSTOM_OPS_DECLARE_ELEMENTWISE_CPU_LOOPS(detail::WeightedSumLoops, weighted_sum_loops)
-
 namespace {
 
-const detail::WeightedSumLoops& selected_loops() {
-  static const detail::WeightedSumLoops* const loops =
-      loops_for_cpu_capability(&widest::weighted_sum_loops, &DEFAULT::weighted_sum_loops);
-  return *loops;
-}
-
-void forward(at::TensorIteratorBase& iter) {
-  selected_loops().forward(iter);
-}
-void backward_fused(at::TensorIteratorBase& iter) {
-  selected_loops().backward_fused(iter);
-}
-void backward_input(at::TensorIteratorBase& iter) {
-  selected_loops().backward_input(iter);
-}
-void backward_weight(at::TensorIteratorBase& iter) {
-  selected_loops().backward_weight(iter);
-}
-void backward_per_channel(const detail::PerChannelBackward& args) {
-  selected_loops().backward_per_channel(args);
-}
-
-constexpr detail::WeightedSumLoops kCpuLoops{
-    .forward = forward,
-    .backward_fused = backward_fused,
-    .backward_input = backward_input,
-    .backward_weight = backward_weight,
-    .backward_per_channel = backward_per_channel,
+template <class Term>
+struct CpuLoops {
+  static constexpr auto selected = &selected_elementwise_loops<Term>;
+  static constexpr detail::ElementwiseLoops value{
+      .forward = call_selected<selected, &detail::ElementwiseLoops::forward>,
+      .backward_fused = call_selected<selected, &detail::ElementwiseLoops::backward_fused>,
+      .backward_input = call_selected<selected, &detail::ElementwiseLoops::backward_input>,
+      .backward_weight = call_selected<selected, &detail::ElementwiseLoops::backward_weight>,
+      .backward_per_channel = call_selected<selected, &detail::ElementwiseLoops::backward_per_channel>,
+  };
 };
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(custom, CPU, m) {
-  detail::register_weighted_sum_kernels<kCpuLoops>(m);
+  detail::register_elementwise_kernels<CpuLoops>(m);
 }
 
 }  // namespace custom::cpu

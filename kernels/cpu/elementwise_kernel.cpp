@@ -1,9 +1,10 @@
-// CPU loops of the weighted square and its backward. The frontend has already checked the
-// arguments and built a TensorIterator (broadcasting, strides, promotion); these loops only do
-// the arithmetic, with at::vec::Vectorized SIMD and at::parallel_for threads via cpu_kernel_vec.
+// CPU loops of the elementwise engine, for every term: its value and its backward. The frontend
+// has already checked the arguments and built a TensorIterator (broadcasting, strides,
+// promotion); these loops only do the arithmetic, through the term, with at::vec::Vectorized SIMD
+// and at::parallel_for threads via cpu_kernel_vec.
 //
 // Like ATen's native/cpu kernels, this file is compiled once per instruction set (DEFAULT and
-// AVX2; CMake sets CPU_CAPABILITY) and weighted_sum_cpu_dispatch.cpp picks one at run time.
+// AVX2; CMake sets CPU_CAPABILITY) and elementwise_cpu_dispatch.cpp picks one at run time.
 // When the operands are larger than the last-level cache, the outputs are written with streaming
 // stores (streaming_store.h): ATen's loops do not, and it saves a quarter of the memory traffic
 // of the forward and two sevenths of the fused backward's (no read of each output line).
@@ -18,14 +19,9 @@
 #include "kernels/cpu/cpu_loops.h"
 #include "kernels/cpu/streaming_store.h"
 #include "kernels/cpu/streaming_threshold.h"
-#include "kernels/cpu/weighted_sum_backward_per_channel.h"
+#include "kernels/cpu/backward_per_channel.h"
+#include "ops/elementwise_frontend.h"
 #include "ops/floating_types.h"
-#include "ops/weighted_sum_frontend.h"
-#include "ops/weighted_sum_math.h"
-
-namespace custom::cpu {
-CUSTOM_OPS_DECLARE_ELEMENTWISE_CPU_LOOPS(detail::WeightedSumLoops, weighted_sum_loops)
-}  // namespace custom::cpu
 
 namespace custom::cpu::CPU_CAPABILITY {
 namespace {
@@ -53,12 +49,36 @@ Vec<scalar_t> vector_opmath(const Op& op, const Vecs&... args) {
   }
 }
 
-constexpr math::WeightedSquare weighted_square;
-constexpr math::WeightedSquareInputGradient input_gradient;
-constexpr math::WeightedSquareWeightGradient weight_gradient;
+// The term's value and gradients, for scalar_opmath and vector_opmath: T is the op-math type or
+// a Vectorized of it. Without a weight operand (dw does not read it), dw gets a zero.
+template <class Term>
+struct Value {
+  template <typename T>
+  T operator()(T x, T w) const {
+    return Term::value(x, w);
+  }
+};
 
-// cpu_kernel_vec reads the arity and argument types off the lambdas, so they are spelled out.
-#define DISPATCH_FLOATING(iter, name, ...) CUSTOM_OPS_DISPATCH_FLOATING_TYPES((iter).common_dtype(), name, __VA_ARGS__)
+template <class Term>
+struct InputGradient {
+  template <typename T>
+  T operator()(T grad, T x, T w) const {
+    return Term::dx(x, w) * grad;
+  }
+};
+
+template <class Term>
+struct WeightGradient {
+  template <typename T>
+  T operator()(T grad, T x, T w) const {
+    return Term::dw(x, w) * grad;
+  }
+  template <typename T>
+  T operator()(T grad, T x) const {
+    static_assert(!Term::dw_reads_weight);
+    return Term::dw(x, number<T>(0)) * grad;
+  }
+};
 
 // The operand pointers of a 2-D TensorIterator loop (for_each), one row at a time.
 template <typename scalar_t, int kOperands>
@@ -95,7 +115,7 @@ bool streams(const at::TensorIteratorBase& iter) {
 
 // The forward as a 2-D TensorIterator loop whose vector rows (output and input contiguous, weight
 // contiguous or one value) end in streaming stores from the first vector-aligned output element.
-template <typename scalar_t>
+template <class Term, typename scalar_t>
 void forward_streaming_rows(char** base, const int64_t* strides, int64_t size0, int64_t size1) {
   enum { kOut, kInput, kWeight, kOperands };
   constexpr int64_t width = sizeof(scalar_t);
@@ -105,7 +125,7 @@ void forward_streaming_rows(char** base, const int64_t* strides, int64_t size0, 
   Rows<scalar_t, kOperands> rows(base, strides);
   const auto scalar_range = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      rows.at(kOut, i) = scalar_opmath<scalar_t>(weighted_square, rows.at(kInput, i), rows.at(kWeight, i));
+      rows.at(kOut, i) = scalar_opmath<scalar_t>(Value<Term>{}, rows.at(kInput, i), rows.at(kWeight, i));
     }
   };
   for (int64_t row = 0; row < size1; ++row, rows.next()) {
@@ -117,7 +137,7 @@ void forward_streaming_rows(char** base, const int64_t* strides, int64_t size0, 
       for (i = head; i + V::size() <= size0; i += V::size()) {
         const auto x = V::loadu(rows.row(kInput) + i * width);
         const auto w = strides[kWeight] == 0 ? one_weight : V::loadu(rows.row(kWeight) + i * width);
-        stream_store(vector_opmath<scalar_t>(weighted_square, x, w), rows.row(kOut) + i * width);
+        stream_store(vector_opmath<scalar_t>(Value<Term>{}, x, w), rows.row(kOut) + i * width);
       }
     }
     scalar_range(i, size0);
@@ -136,7 +156,7 @@ bool runs_across(int64_t inner, int64_t outer, int64_t width) {
 // contiguous speed there, docs/benchmarks.md). Here the output is done in tiles: an across input's tile is first
 // copied into a buffer down its columns (reading memory in order), transposed, and the tile's
 // rows then run the contiguous vector loop.
-template <typename scalar_t>
+template <class Term, typename scalar_t>
 void forward_tiled_rows(char** base, const int64_t* strides, int64_t size0, int64_t size1) {
   enum { kOut, kInput, kWeight, kOperands };
   constexpr int64_t width = sizeof(scalar_t);
@@ -184,10 +204,10 @@ void forward_tiled_rows(char** base, const int64_t* strides, int64_t size0, int6
         for (; c + V::size() <= cols; c += V::size()) {
           const auto x = vector(kInput, r, c);
           const auto w = vector(kWeight, r, c);
-          vector_opmath<scalar_t>(weighted_square, x, w).store(out + c);
+          vector_opmath<scalar_t>(Value<Term>{}, x, w).store(out + c);
         }
         for (; c < cols; ++c) {
-          out[c] = scalar_opmath<scalar_t>(weighted_square, element(kInput, r, c), element(kWeight, r, c));
+          out[c] = scalar_opmath<scalar_t>(Value<Term>{}, element(kInput, r, c), element(kWeight, r, c));
         }
       }
     }
@@ -217,39 +237,55 @@ bool has_input_across(const at::TensorIteratorBase& iter) {
   return any_across;
 }
 
+// cpu_kernel_vec reads the arity and argument types off the lambdas, so they are spelled out.
+template <class Term>
 void forward_loop(at::TensorIteratorBase& iter) {
-  DISPATCH_FLOATING(iter, "weighted_sum_cpu", [&] {
+  CUSTOM_OPS_DISPATCH_ITER_FLOATING(iter, "elementwise_cpu", [&] {
     if (has_input_across(iter)) {
-      iter.for_each(forward_tiled_rows<scalar_t>);
+      iter.for_each(forward_tiled_rows<Term, scalar_t>);
       iter.cast_outputs();
       return;
     }
     if (streams(iter)) {
-      iter.for_each(forward_streaming_rows<scalar_t>);
+      iter.for_each(forward_streaming_rows<Term, scalar_t>);
       iter.cast_outputs();  // an out= of another dtype got a common-dtype buffer (as cpu_kernel_vec)
       return;
     }
     at::native::cpu_kernel_vec(
-        iter, [](scalar_t x, scalar_t w) { return scalar_opmath<scalar_t>(weighted_square, x, w); },
-        [](Vec<scalar_t> x, Vec<scalar_t> w) { return vector_opmath<scalar_t>(weighted_square, x, w); });
+        iter, [](scalar_t x, scalar_t w) { return scalar_opmath<scalar_t>(Value<Term>{}, x, w); },
+        [](Vec<scalar_t> x, Vec<scalar_t> w) { return vector_opmath<scalar_t>(Value<Term>{}, x, w); });
   });
 }
 
+template <class Term>
 void backward_input_loop(at::TensorIteratorBase& iter) {
-  DISPATCH_FLOATING(iter, "weighted_sum_backward_input_cpu", [&] {
+  CUSTOM_OPS_DISPATCH_ITER_FLOATING(iter, "elementwise_backward_input_cpu", [&] {
     at::native::cpu_kernel_vec(
-        iter, [](scalar_t grad, scalar_t x, scalar_t w) { return scalar_opmath<scalar_t>(input_gradient, grad, x, w); },
+        iter,
+        [](scalar_t grad, scalar_t x, scalar_t w) { return scalar_opmath<scalar_t>(InputGradient<Term>{}, grad, x, w); },
         [](Vec<scalar_t> grad, Vec<scalar_t> x, Vec<scalar_t> w) {
-          return vector_opmath<scalar_t>(input_gradient, grad, x, w);
+          return vector_opmath<scalar_t>(InputGradient<Term>{}, grad, x, w);
         });
   });
 }
 
+template <class Term>
 void backward_weight_loop(at::TensorIteratorBase& iter) {
-  DISPATCH_FLOATING(iter, "weighted_sum_backward_weight_cpu", [&] {
-    at::native::cpu_kernel_vec(
-        iter, [](scalar_t grad, scalar_t x) { return scalar_opmath<scalar_t>(weight_gradient, grad, x); },
-        [](Vec<scalar_t> grad, Vec<scalar_t> x) { return vector_opmath<scalar_t>(weight_gradient, grad, x); });
+  CUSTOM_OPS_DISPATCH_ITER_FLOATING(iter, "elementwise_backward_weight_cpu", [&] {
+    if constexpr (Term::dw_reads_weight) {
+      at::native::cpu_kernel_vec(
+          iter,
+          [](scalar_t grad, scalar_t x, scalar_t w) {
+            return scalar_opmath<scalar_t>(WeightGradient<Term>{}, grad, x, w);
+          },
+          [](Vec<scalar_t> grad, Vec<scalar_t> x, Vec<scalar_t> w) {
+            return vector_opmath<scalar_t>(WeightGradient<Term>{}, grad, x, w);
+          });
+    } else {
+      at::native::cpu_kernel_vec(
+          iter, [](scalar_t grad, scalar_t x) { return scalar_opmath<scalar_t>(WeightGradient<Term>{}, grad, x); },
+          [](Vec<scalar_t> grad, Vec<scalar_t> x) { return vector_opmath<scalar_t>(WeightGradient<Term>{}, grad, x); });
+    }
   });
 }
 
@@ -257,7 +293,7 @@ void backward_weight_loop(at::TensorIteratorBase& iter) {
 // outputs (cpu_kernel_multiple_outputs is scalar, far off the bandwidth in half precision),
 // so this is the 2-D TensorIterator loop with a Vectorized path for contiguous rows; with
 // `kStream`, rows whose two outputs reach vector alignment together end in streaming stores.
-template <typename scalar_t, bool kStream>
+template <class Term, typename scalar_t, bool kStream>
 void backward_fused_rows(char** base, const int64_t* strides, int64_t size0, int64_t size1) {
   enum { kGradInput, kGradWeight, kGrad, kInput, kWeight, kOperands };
   constexpr int64_t width = sizeof(scalar_t);
@@ -266,9 +302,9 @@ void backward_fused_rows(char** base, const int64_t* strides, int64_t size0, int
   Rows<scalar_t, kOperands> rows(base, strides);
   const auto scalar_range = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const scalar_t grad = rows.at(kGrad, i), x = rows.at(kInput, i);
-      rows.at(kGradInput, i) = scalar_opmath<scalar_t>(input_gradient, grad, x, rows.at(kWeight, i));
-      rows.at(kGradWeight, i) = scalar_opmath<scalar_t>(weight_gradient, grad, x);
+      const scalar_t grad = rows.at(kGrad, i), x = rows.at(kInput, i), w = rows.at(kWeight, i);
+      rows.at(kGradInput, i) = scalar_opmath<scalar_t>(InputGradient<Term>{}, grad, x, w);
+      rows.at(kGradWeight, i) = scalar_opmath<scalar_t>(WeightGradient<Term>{}, grad, x, w);
     }
   };
   const auto vector_range = [&](int64_t begin, int64_t end, auto store) {
@@ -277,8 +313,8 @@ void backward_fused_rows(char** base, const int64_t* strides, int64_t size0, int
       const auto grad = V::loadu(rows.row(kGrad) + i * width);
       const auto x = V::loadu(rows.row(kInput) + i * width);
       const auto w = V::loadu(rows.row(kWeight) + i * width);
-      store(vector_opmath<scalar_t>(input_gradient, grad, x, w), rows.row(kGradInput) + i * width);
-      store(vector_opmath<scalar_t>(weight_gradient, grad, x), rows.row(kGradWeight) + i * width);
+      store(vector_opmath<scalar_t>(InputGradient<Term>{}, grad, x, w), rows.row(kGradInput) + i * width);
+      store(vector_opmath<scalar_t>(WeightGradient<Term>{}, grad, x, w), rows.row(kGradWeight) + i * width);
     }
     return i;
   };
@@ -298,12 +334,13 @@ void backward_fused_rows(char** base, const int64_t* strides, int64_t size0, int
   }
 }
 
+template <class Term>
 void backward_fused_loop(at::TensorIteratorBase& iter) {
-  DISPATCH_FLOATING(iter, "weighted_sum_backward_cpu", [&] {
+  CUSTOM_OPS_DISPATCH_ITER_FLOATING(iter, "elementwise_backward_cpu", [&] {
     if (streams(iter)) {
-      iter.for_each(backward_fused_rows<scalar_t, true>);
+      iter.for_each(backward_fused_rows<Term, scalar_t, true>);
     } else {
-      iter.for_each(backward_fused_rows<scalar_t, false>);
+      iter.for_each(backward_fused_rows<Term, scalar_t, false>);
     }
     iter.cast_outputs();
   });
@@ -311,12 +348,21 @@ void backward_fused_loop(at::TensorIteratorBase& iter) {
 
 }  // namespace
 
-const detail::WeightedSumLoops weighted_sum_loops{
-    .forward = forward_loop,
-    .backward_fused = backward_fused_loop,
-    .backward_input = backward_input_loop,
-    .backward_weight = backward_weight_loop,
-    .backward_per_channel = backward_per_channel,
-};
+template <class Term>
+const detail::ElementwiseLoops& elementwise_loops() {
+  static constexpr detail::ElementwiseLoops loops{
+      .forward = forward_loop<Term>,
+      .backward_fused = backward_fused_loop<Term>,
+      .backward_input = backward_input_loop<Term>,
+      .backward_weight = backward_weight_loop<Term>,
+      .backward_per_channel = backward_per_channel<Term>,
+  };
+  return loops;
+}
+
+#define CUSTOM_OPS_INSTANTIATE(Term_, backward_) \
+  template const detail::ElementwiseLoops& elementwise_loops<terms::Term_>();
+CUSTOM_OPS_TERMS(CUSTOM_OPS_INSTANTIATE)
+#undef CUSTOM_OPS_INSTANTIATE
 
 }  // namespace custom::cpu::CPU_CAPABILITY
