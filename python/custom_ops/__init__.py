@@ -22,6 +22,8 @@ from collections.abc import Sequence
 
 import torch
 
+from . import _operators
+
 try:
     from . import _build_info
 except ImportError as error:  # the sources, not an installed build
@@ -46,9 +48,7 @@ __all__ = [
     "inductor_decomposition_enabled",
     "library_path",
     "set_inductor_decomposition",
-    "weighted_square_sum",
-    "weighted_sum",
-    "weighted_sum_",
+    # and the operators' wrappers, one per row of _operators.OPERATORS (added below)
 ]
 
 _LIBRARY = pathlib.Path(__file__).resolve().with_name("libcustom_ops.so")
@@ -148,71 +148,57 @@ def library_path() -> str:
     return str(_LIBRARY)
 
 
-def weighted_sum(input: torch.Tensor, weight: torch.Tensor | float, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Elementwise ``weight * input**2``, computed by the custom::weighted_sum operator.
+# --- the typed wrappers: one per operator of _operators.OPERATORS (two for an elementwise one) ----
+
+
+def _formula(term: _operators.Term) -> str:
+    """The term's value as an expression of ``input`` and ``weight``, for the docstrings."""
+    text = _operators.expression(term.value)
+    if text is None:
+        return f"{term.name}(input, weight)"
+    return re.sub(r"\bw\b", "weight", re.sub(r"\bx\b", "input", text))
+
+
+def _example(compute, x: str, w: str, call: str) -> str:
+    """A docstring example: the call and what it returns, computed from the term (float32, tiny)."""
+    try:
+        with torch.no_grad():
+            shown = repr(compute(eval(x, {"torch": torch}), eval(w, {"torch": torch})))
+    except Exception:  # a term undefined at the sample: no example rather than a failing import
+        return ""
+    return f"\n\n    Example::\n\n        >>> import torch, custom_ops\n        >>> {call}\n        {shown}\n"
+
+
+_ELEMENTWISE_DOC = """Elementwise ``{formula}``, computed by the custom::{name} operator.
 
     Args:
         input: a float16, bfloat16, float32 or float64 tensor of any shape, on CPU or on CUDA (CUDA
             needs the library built with CUDA kernels, see ``WITH_CUDA``).
         weight: a tensor of one of those dtypes, broadcastable with ``input``, on the same device;
-            or, without ``out``, a Python number (``custom::weighted_sum.Scalar``), which like
+            or, without ``out``, a Python number (``custom::{name}.Scalar``), which like
             ``input * 2.5`` keeps a float input's dtype (bfloat16 times 2.5 stays bfloat16).
-        out: where to write the result (``custom::weighted_sum.out``), as ATen's ``out=``: resized
+        out: where to write the result (``custom::{name}.out``), as ATen's ``out=``: resized
             with ATen's warning when its shape is wrong; a dtype the result cannot be cast to is an
             error. Not differentiable: inputs that require grad are an error.
 
     Returns:
         ``out`` when given; else a new tensor of the broadcast shape of ``input`` and ``weight``
-        and their promoted dtype, laid out as ``weight * input.square()`` lays out its result
+        and their promoted dtype, laid out as ``{formula}`` lays out its result
         (channels_last stays channels_last). float16 and bfloat16 compute in float32.
 
     Differentiable with respect to both arguments (without ``out``), and traceable by
     torch.compile (fullgraph, dynamic shapes), torch.export and AOTInductor. Same as
-    ``torch.ops.custom.weighted_sum(input, weight)`` and
-    ``torch.ops.custom.weighted_sum.out(input, weight, out=out)``, which return nothing.
+    ``torch.ops.custom.{name}(input, weight)`` and
+    ``torch.ops.custom.{name}.out(input, weight, out=out)``, which return nothing."""
 
-    Example::
-
-        >>> import torch, custom_ops
-        >>> custom_ops.weighted_sum(torch.tensor([1.0, 2.0, 3.0]), torch.tensor(2.0))
-        tensor([ 2.,  8., 18.])
-    """
-    if out is None:
-        return torch.ops.custom.weighted_sum(input, weight)
-    if not isinstance(weight, torch.Tensor):
-        raise TypeError(
-            f"custom_ops.weighted_sum: out= needs a tensor weight, got {type(weight).__name__} "
-            "(custom::weighted_sum.out has no Scalar overload)"
-        )
-    torch.ops.custom.weighted_sum.out(input, weight, out=out)
-    return out
-
-
-def weighted_sum_(self: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """In place: ``self`` becomes ``weight * self**2`` (``custom::weighted_sum_``); returns ``self``.
+_INPLACE_DOC = """In place: ``self`` becomes ``{formula}`` of ``self`` (``custom::{name}_``); returns ``self``.
 
     ``weight`` must broadcast to ``self``'s shape (``self`` cannot grow). Recorded by autograd on a
     non-leaf ``self``; on a leaf that requires grad it raises, as ATen's in-place ops do. Same as
-    ``torch.ops.custom.weighted_sum_(self, weight)``, which returns nothing.
+    ``torch.ops.custom.{name}_(self, weight)``, which returns nothing.
     """
-    if not isinstance(weight, torch.Tensor):
-        raise TypeError(
-            f"custom_ops.weighted_sum_: needs a tensor weight, got {type(weight).__name__} "
-            "(custom::weighted_sum_ has no Scalar overload)"
-        )
-    torch.ops.custom.weighted_sum_(self, weight)
-    return self
 
-
-def weighted_square_sum(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    dim: int | Sequence[int] | None = None,
-    keepdim: bool = False,
-    *,
-    dtype: torch.dtype | None = None,
-) -> torch.Tensor:
-    """``(weight * input**2).sum(dim, keepdim, dtype=dtype)``, computed by custom::weighted_square_sum.
+_REDUCTION_DOC = """``({formula}).sum(dim, keepdim, dtype=dtype)``, computed by custom::{name}.
 
     Args:
         input: a float16, bfloat16, float32 or float64 tensor of any shape, on CPU or on CUDA (CUDA
@@ -226,27 +212,95 @@ def weighted_square_sum(
             ``torch.result_type(input, weight)``. ``torch.float64`` also computes in float64.
 
     Returns:
-        A new contiguous tensor: the sum of ``weight * input**2`` over ``dim``. Each term is
-        computed as ``weight * (input * input)`` and the terms are added in float32 (in float64
+        A new contiguous tensor: the sum of ``{formula}`` over ``dim``. Each term is
+        computed as ``{formula}`` and the terms are added in float32 (in float64
         when ``torch.result_type(input, weight)`` or ``dtype`` is float64); a float16 or bfloat16
         result is rounded once, at the end. Sums over empty dimensions are 0.
 
     Differentiable with respect to both arguments (reverse and forward mode; the backward is
-    ``custom::weighted_sum_backward`` of the grad broadcast over the summed dimensions), works
+    ``custom::{backward}`` of the grad broadcast over the summed dimensions), works
     under ``torch.vmap``, is traceable by torch.compile (fullgraph, dynamic shapes), torch.export
     and AOTInductor, and runs on DTensors after ``import custom_ops.sharding``. Same as
-    ``torch.ops.custom.weighted_square_sum(input, weight, dim, keepdim, dtype=dtype)``.
+    ``torch.ops.custom.{name}(input, weight, dim, keepdim, dtype=dtype)``."""
 
-    Example::
 
-        >>> import torch, custom_ops
-        >>> x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
-        >>> custom_ops.weighted_square_sum(x, torch.tensor([1.0, 0.5]), dim=1)
-        tensor([ 3., 17.])
-    """
-    if isinstance(dim, int):
-        dim = [dim]
-    return torch.ops.custom.weighted_square_sum(input, weight, dim, keepdim, dtype=dtype)
+def _name(function, name: str, doc: str):
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = doc
+    return function
+
+
+def _elementwise_wrappers(name: str, term: _operators.Term) -> list:
+    functional_op, inplace_op = getattr(torch.ops.custom, name), getattr(torch.ops.custom, f"{name}_")
+
+    def functional(input: torch.Tensor, weight: torch.Tensor | float, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        if out is None:
+            return functional_op(input, weight)
+        if not isinstance(weight, torch.Tensor):
+            raise TypeError(
+                f"custom_ops.{name}: out= needs a tensor weight, got {type(weight).__name__} "
+                f"(custom::{name}.out has no Scalar overload)"
+            )
+        functional_op.out(input, weight, out=out)
+        return out
+
+    def inplace(self: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if not isinstance(weight, torch.Tensor):
+            raise TypeError(
+                f"custom_ops.{name}_: needs a tensor weight, got {type(weight).__name__} "
+                f"(custom::{name}_ has no Scalar overload)"
+            )
+        inplace_op(self, weight)
+        return self
+
+    formula = _formula(term)
+    example = _example(
+        term.value, "torch.tensor([1.0, 2.0, 3.0])", "torch.tensor(2.0)",
+        f"custom_ops.{name}(torch.tensor([1.0, 2.0, 3.0]), torch.tensor(2.0))",
+    )
+    return [
+        _name(functional, name, _ELEMENTWISE_DOC.format(name=name, formula=formula) + example),
+        _name(inplace, f"{name}_", _INPLACE_DOC.format(name=name, formula=formula)),
+    ]
+
+
+def _reduction_wrapper(name: str, term: _operators.Term):
+    op = getattr(torch.ops.custom, name)
+
+    def reduction(
+        input: torch.Tensor,
+        weight: torch.Tensor,
+        dim: int | Sequence[int] | None = None,
+        keepdim: bool = False,
+        *,
+        dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
+        if isinstance(dim, int):
+            dim = [dim]
+        return op(input, weight, dim, keepdim, dtype=dtype)
+
+    doc = _REDUCTION_DOC.format(name=name, formula=_formula(term), backward=term.backward)
+    example = _example(
+        lambda x, w: term.value(x, w).sum(1), "torch.tensor([[1.0, 2.0], [3.0, 4.0]])", "torch.tensor([1.0, 0.5])",
+        f"x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])\n        >>> custom_ops.{name}(x, torch.tensor([1.0, 0.5]), dim=1)",
+    )
+    return _name(reduction, name, doc + example)
+
+
+def _wrappers() -> list:
+    wrappers = []
+    for operator in _operators.OPERATORS:
+        if operator.kind == _operators.ELEMENTWISE:
+            wrappers += _elementwise_wrappers(operator.name, operator.term)
+        else:
+            wrappers.append(_reduction_wrapper(operator.name, operator.term))
+    return wrappers
+
+
+for _wrapper in _wrappers():
+    globals()[_wrapper.__name__] = _wrapper
+    __all__.append(_wrapper.__name__)
+del _wrapper
 
 
 def set_inductor_decomposition(enabled: bool) -> None:

@@ -1,13 +1,16 @@
 """Lets torch.compile (Inductor) fuse the `custom` operators with the ops around them.
 
 Inductor runs a custom op as an opaque call, so `relu(weighted_sum(a + b, w)) * 3` compiles to
-kernels around our call instead of one kernel. Here every overload gets an entry in Inductor's
-decomposition table: pointwise ATen math in the C++ kernels' operation order (float16/bfloat16
-compute in float32 and round once; float32/float64 compute ``w * (x * x)``), so the fused code gives
-the same forward values as our kernels, bit for bit. weighted_square_sum becomes that math and a
-``sum`` in the kernels' accumulation dtype, one reduction fused with its neighbours (equal to our
-kernel up to the order of the additions). Only Inductor reads that table: eager calls,
-TorchScript, the C++ API and torch.export graphs keep the op.
+kernels around our call instead of one kernel. Here every overload of every operator of the table
+(_operators.py) gets an entry in Inductor's decomposition table, written from the operator's term:
+``term.value`` in the C++ kernels' op-math rules (float16/bfloat16 compute in float32 and round
+once; float32/float64 compute in their own dtype), so an elementwise operator's fused code gives
+the same forward values as our kernels, bit for bit; its out= and in-place overloads the same,
+copied. A reduction becomes that math and a ``sum`` in the kernels' accumulation dtype, one
+reduction fused with its neighbours (equal to our kernel up to the order of the additions). Each
+term's backward operator becomes ``sum_to(term.dx * grad)`` and ``sum_to(term.dw * grad)``. Only
+Inductor reads that table: eager calls, TorchScript, the C++ API and torch.export graphs keep the
+op.
 
 Registration is lazy: importing torch._inductor costs seconds, so `import custom_ops` has the
 entries written when Inductor's decomposition module is first imported (at once when it already
@@ -25,6 +28,18 @@ from typing import Callable
 
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+if __package__:
+    from . import _operators
+else:  # loaded by path (this checkout's tests): the table is the file beside this one
+    import importlib.util
+    import pathlib
+
+    _spec = importlib.util.spec_from_file_location(
+        f"{__name__}_operators", pathlib.Path(__file__).with_name("_operators.py")
+    )
+    _operators = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_operators)
 
 _DECOMPOSITION_MODULE = "torch._inductor.decomposition"
 _ENV_VAR = "CUSTOM_OPS_INDUCTOR_DECOMPOSE"
@@ -59,26 +74,10 @@ def _in_opmath(tensor: torch.Tensor, common: torch.dtype) -> torch.Tensor:
     return tensor.to(common).to(_opmath(common))
 
 
-def _weighted_square(input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _value(term, input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     common = _common_dtype(input, weight)
     x, w = _in_opmath(input, common), _in_opmath(weight, common)
-    return (w * (x * x)).to(common)
-
-
-def weighted_sum(input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return _weighted_square(input, weight)
-
-
-def weighted_sum_out(input: torch.Tensor, weight: torch.Tensor, *, out: torch.Tensor) -> None:
-    from torch._prims_common.wrappers import _maybe_resize_out
-
-    result = _weighted_square(input, weight)
-    _maybe_resize_out(out, result.shape)  # ATen's out= rule, as the C++ frontend applies it
-    out.copy_(result)
-
-
-def weighted_sum_inplace(self: torch.Tensor, weight: torch.Tensor) -> None:
-    self.copy_(_weighted_square(self, weight))
+    return term.value(x, w).to(common)
 
 
 def _sum_to(full: torch.Tensor, shape) -> torch.Tensor:
@@ -107,45 +106,101 @@ def _gradient(argument, shape, formula, operands) -> torch.Tensor:
     return _sum_to(value.to(stored), argument.shape).to(argument.dtype)
 
 
-def weighted_sum_backward(grad, input, weight, output_mask):
-    shape = torch.broadcast_shapes(input.shape, weight.shape)
-    grad_input = grad_weight = None
-    if output_mask[0]:
-        grad_input = _gradient(input, shape, lambda g, x, w: (x + x) * w * g, (grad, input, weight))
-    if output_mask[1]:
-        # In the dtype the forward promoted to, weight's included (the C++ frontend's rule).
-        x = input.to(_common_dtype(grad, input, weight))
-        grad_weight = _gradient(weight, shape, lambda g, x: (x * x) * g, (grad, x))
-    return grad_input, grad_weight
+def _named(function, name):
+    function.__name__ = function.__qualname__ = name
+    return function
 
 
-def weighted_square_sum(input, weight, dim=None, keepdim=False, *, dtype=None):
-    """The kernels' reduction: operands in the promoted dtype (float64 when the result is), each
-    term ``w * (x * x)`` and the sum in the accumulation dtype (float32, float64 for float64
-    operands), then one rounding to the result dtype. A pointwise producer and a sum, which
-    Inductor fuses into one reduction with the ops around it; the additions may run in another
-    order than our kernel's, so the values agree to a few roundings of the accumulation dtype
-    (and an operand rounded down to a half-type common dtype is not rounded, see _in_opmath).
-    The backward needs no entry: the op's autograd calls weighted_sum_backward, which has one."""
-    common = _common_dtype(input, weight)
-    result = common if dtype is None else dtype
-    operands = torch.float64 if result == torch.float64 else common
-    x, w = _in_opmath(input, operands), _in_opmath(weight, operands)
-    terms = w * (x * x)
-    # None or [] sums every dim (torch.sum's rule); dims of a 0-dim shape (0 or -1) sum nothing.
-    dims = list(dim) if dim else list(range(terms.dim()))
-    return terms.sum(dims, keepdim=keepdim).to(result)
+def _elementwise(name, term):
+    """The decompositions of an elementwise operator's functional, out= and in-place overloads."""
+
+    def functional(input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return _value(term, input, weight)
+
+    def out_variant(input: torch.Tensor, weight: torch.Tensor, *, out: torch.Tensor) -> None:
+        from torch._prims_common.wrappers import _maybe_resize_out
+
+        result = _value(term, input, weight)
+        _maybe_resize_out(out, result.shape)  # ATen's out= rule, as the C++ frontend applies it
+        out.copy_(result)
+
+    def inplace(self: torch.Tensor, weight: torch.Tensor) -> None:
+        self.copy_(_value(term, self, weight))
+
+    return {
+        name: _named(functional, name),
+        f"{name}.out": _named(out_variant, f"{name}_out"),
+        f"{name}_": _named(inplace, f"{name}_inplace"),
+    }
+
+
+def _backward(term):
+    """The term's backward operator: (sum_to(dx * grad, input), sum_to(dw * grad, weight))."""
+
+    def backward(grad, input, weight, output_mask):
+        shape = torch.broadcast_shapes(input.shape, weight.shape)
+        grad_input = grad_weight = None
+        if output_mask[0]:
+            grad_input = _gradient(input, shape, lambda g, x, w: term.dx(x, w) * g, (grad, input, weight))
+        if output_mask[1]:
+            # In the dtype the forward promoted to, weight's included (the C++ frontend's rule);
+            # weight an operand only where dw reads it, as the kernels' loop.
+            x = input.to(_common_dtype(grad, input, weight))
+            if term.dw_reads_weight:
+                grad_weight = _gradient(weight, shape, lambda g, x, w: term.dw(x, w) * g, (grad, x, weight))
+            else:
+                grad_weight = _gradient(weight, shape, lambda g, x: term.dw(x, None) * g, (grad, x))
+        return grad_input, grad_weight
+
+    return _named(backward, term.backward)
+
+
+def _reduction(name, term):
+    def reduction(input, weight, dim=None, keepdim=False, *, dtype=None):
+        """The kernels' reduction: operands in the promoted dtype (float64 when the result is),
+        each term and the sum in the accumulation dtype (float32, float64 for float64 operands),
+        then one rounding to the result dtype. A pointwise producer and a sum, which Inductor
+        fuses into one reduction with the ops around it; the additions may run in another order
+        than our kernel's, so the values agree to a few roundings of the accumulation dtype (and
+        an operand rounded down to a half-type common dtype is not rounded, see _in_opmath). The
+        backward needs no entry: the op's autograd calls the term's backward op, which has one."""
+        common = _common_dtype(input, weight)
+        result = common if dtype is None else dtype
+        operands = torch.float64 if result == torch.float64 else common
+        x, w = _in_opmath(input, operands), _in_opmath(weight, operands)
+        terms = term.value(x, w)
+        # None or [] sums every dim (torch.sum's rule); dims of a 0-dim shape (0 or -1) sum nothing.
+        dims = list(dim) if dim else list(range(terms.dim()))
+        return terms.sum(dims, keepdim=keepdim).to(result)
+
+    return {name: _named(reduction, name)}
+
+
+def _decompositions() -> dict[str, Callable]:
+    """{schema name ("weighted_sum.out", say): its decomposition}, for every row of the table."""
+    functions = {}
+    for operator in _operators.OPERATORS:
+        if operator.kind == _operators.ELEMENTWISE:
+            functions.update(_elementwise(operator.name, operator.term))
+        else:
+            functions.update(_reduction(operator.name, operator.term))
+        if operator.term.backward not in functions:
+            functions[operator.term.backward] = _backward(operator.term)
+    return functions
+
+
+#: {schema name: decomposition}: every overload of every operator but .Scalar, and each term's
+#: backward operator.
+DECOMPOSITIONS = _decompositions()
+
+
+def _overload(schema_name: str):
+    name, _, overload = schema_name.partition(".")
+    return getattr(getattr(torch.ops.custom, name), overload or "default")
 
 
 def _table():
-    custom = torch.ops.custom
-    return {
-        custom.weighted_sum.default: weighted_sum,
-        custom.weighted_sum.out: weighted_sum_out,
-        custom.weighted_sum_.default: weighted_sum_inplace,
-        custom.weighted_sum_backward.default: weighted_sum_backward,
-        custom.weighted_square_sum.default: weighted_square_sum,
-    }
+    return {_overload(name): function for name, function in DECOMPOSITIONS.items()}
 
 
 # --- registration ----------------------------------------------------------------------------

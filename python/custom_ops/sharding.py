@@ -3,29 +3,32 @@
 Opt-in: ``import custom_ops.sharding`` registers them (and imports DTensor, about two seconds;
 on a torch without DTensor it registers nothing, see :func:`is_registered`), as
 ``import custom_ops.onnx`` does the ONNX export; ``import custom_ops`` alone neither imports DTensor
-nor watches for it. Then ``torch.ops.custom.weighted_sum`` and ``weighted_square_sum`` run on
+nor watches for it. Then every operator of the table (_operators.py) runs on
 :class:`torch.distributed.tensor.DTensor` arguments, forward and backward: DTensor runs the op on
 each rank's local shards, and redistributes an argument only when no rule below accepts its
 placement. The rules are registered with torch's own API,
-:func:`torch.distributed.tensor.experimental.register_sharding`, for
+:func:`torch.distributed.tensor.experimental.register_sharding`, by the operator's kind, and for
+each term's backward operator. Which Partial rules apply follows from the term's math (checked
+on its formulas at exact rational points): "linear in w" below means f(x, w) = w * g(x).
 
-``custom::weighted_sum(input, weight) -> out``  (``out = weight * input**2``, broadcast)
-    per mesh dimension, one of
+An elementwise operator, ``name(input, weight) -> out`` (``out = value(input, weight)``,
+broadcast), per mesh dimension, one of
 
     * everything ``Replicate()``;
     * ``out`` ``Shard(d)`` for each output dim ``d``, with each argument ``Shard`` on the dim that
       lines up with ``d`` (broadcasting right-aligns: argument dim ``d - (out.ndim - arg.ndim)``),
       or ``Replicate()`` where that argument is broadcast along ``d`` (the dim is missing or of
       size 1: a size-1 broadcast dim is never sharded);
-    * ``out`` ``Partial(op)`` from ``input`` ``Replicate()`` and ``weight`` ``Partial(op)`` for
-      op "sum" or "avg": the op is linear in ``weight``. It is not linear in ``input``, so a
-      ``Partial`` input is always redistributed (to ``Shard`` or ``Replicate``, whichever DTensor
-      finds cheaper).
+    * where ``value`` is linear in w (``w * x**2`` is): ``out`` ``Partial(op)`` from ``input``
+      ``Replicate()`` and ``weight`` ``Partial(op)`` for op "sum" or "avg". No term is linear in
+      ``input`` here, so a ``Partial`` input is always redistributed (to ``Shard`` or
+      ``Replicate``, whichever DTensor finds cheaper).
 
     Matching ``Shard``/``Replicate`` placements therefore run with no communication at all.
 
-``custom::weighted_sum_backward(grad, input, weight, output_mask) -> (grad_input, grad_weight)``
-    (called by the op's autograd, on DTensors when the forward ran on DTensors), per mesh dim:
+A term's backward operator, ``backward(grad, input, weight, output_mask) -> (grad_input,
+grad_weight)`` (called by the ops' autograd, on DTensors when the forward ran on DTensors), per
+mesh dim:
 
     * everything ``Replicate()``;
     * ``grad`` ``Shard(d)``, ``input`` and ``weight`` as in the forward; a gradient is ``Shard``
@@ -34,28 +37,31 @@ placement. The rules are registered with torch's own API,
       own slice of them;
     * ``grad`` ``Partial(op)`` (op "sum"/"avg"), the rest ``Replicate()``: both gradients are
       ``Partial(op)`` (linear in ``grad``);
-    * ``weight`` ``Partial(op)``, the rest ``Replicate()``: ``grad_input`` is ``Partial(op)``,
-      ``grad_weight`` (which does not read ``weight``) ``Replicate()``.
+    * where ``dx`` is linear in w and ``dw`` linear in w or free of it: ``weight``
+      ``Partial(op)``, the rest ``Replicate()``: ``grad_input`` is ``Partial(op)``,
+      ``grad_weight`` ``Partial(op)``, or ``Replicate()`` where ``dw`` does not read ``weight``
+      (``2 * x * w`` and ``x * x``: ``Partial``, ``Replicate``).
 
     A gradient that ``output_mask`` leaves out is ``None``, with no placement.
 
-``custom::weighted_square_sum(input, weight, dim, keepdim, *, dtype) -> out``
-    (``out = (weight * input**2).sum(dim, keepdim)`` over the broadcast shape), per mesh dim:
+A reduction, ``name(input, weight, dim, keepdim, *, dtype) -> out`` (``out = value(input,
+weight).sum(dim, keepdim)`` over the broadcast shape), per mesh dim:
 
     * everything ``Replicate()``;
-    * for each dim ``d`` of the broadcast shape, ``input`` and ``weight`` as in weighted_sum's
+    * for each dim ``d`` of the broadcast shape, ``input`` and ``weight`` as in the elementwise
       ``Shard(d)`` rule (``Shard`` on the lined-up dim, ``Replicate()`` where broadcast), and
       ``out`` ``Partial("sum")`` when ``d`` is summed over (each rank sums its own slice of it),
       else ``Shard`` on ``d``'s position in ``out`` (``d`` less the summed dims before it, or
       ``d`` itself with ``keepdim``);
-    * ``out`` ``Partial(op)`` from ``input`` ``Replicate()`` and ``weight`` ``Partial(op)``
-      (op "sum"/"avg"): a sum of terms linear in ``weight`` is linear in it.
+    * where ``value`` is linear in w: ``out`` ``Partial(op)`` from ``input`` ``Replicate()`` and
+      ``weight`` ``Partial(op)`` (op "sum"/"avg"): a sum of terms linear in ``weight`` is linear
+      in it.
 
-    Its backward is ``weighted_sum_backward`` of the grad broadcast over the summed dims (views
+    Its backward is its term's backward operator of the grad broadcast over the summed dims (views
     that DTensor shards itself), so it needs no rule of its own.
 
-Only the functional ops and the backward have rules; ``weighted_sum.out`` and ``weighted_sum_``
-on DTensors raise DTensor's "no sharding strategy registered" error.
+Only the functional ops and the backward operators have rules; an elementwise operator's out= and
+in-place overloads on DTensors raise DTensor's "no sharding strategy registered" error.
 
 Usage::
 
@@ -69,12 +75,24 @@ from __future__ import annotations
 
 import threading
 import warnings
+from fractions import Fraction
 
 import torch
 
-__all__ = ["is_registered", "register"]
+if __package__:
+    from ._operators import ELEMENTWISE, OPERATORS
+else:  # loaded by path (this checkout's tests): the table is the file beside this one
+    import importlib.util
+    import pathlib
 
-_OPERATORS = ("custom::weighted_sum", "custom::weighted_sum_backward", "custom::weighted_square_sum")
+    _spec = importlib.util.spec_from_file_location(
+        f"{__name__}_operators", pathlib.Path(__file__).with_name("_operators.py")
+    )
+    _operators = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_operators)
+    ELEMENTWISE, OPERATORS = _operators.ELEMENTWISE, _operators.OPERATORS
+
+__all__ = ["is_registered", "register"]
 
 _lock = threading.Lock()
 _registered = False
@@ -86,8 +104,8 @@ def is_registered() -> bool:
 
 
 def register() -> bool:
-    """Registers the DTensor sharding rules of custom::weighted_sum, its backward and
-    custom::weighted_square_sum.
+    """Registers the DTensor sharding rules of every operator of the table and of each term's
+    backward operator.
 
     Idempotent: a second call does nothing. Returns True once the rules are registered, and
     False, registering nothing, where this torch has no torch.distributed, no DTensor or no
@@ -106,12 +124,9 @@ def register() -> bool:
         except ImportError:
             return False
 
-        forward, backward, square_sum = _operator_overloads()
-        register_sharding(forward)(_weighted_sum_sharding)
-        register_sharding(backward)(_weighted_sum_backward_sharding)
-        register_sharding(square_sum)(_weighted_square_sum_sharding)
-        _hash_non_tensor_arguments(backward)
-        _hash_non_tensor_arguments(square_sum)
+        for name, overload in _operator_overloads():
+            register_sharding(overload)(_RULES[name])
+            _hash_non_tensor_arguments(overload)
         _registered = True
         return True
 
@@ -126,21 +141,20 @@ def _operator_overloads():
                 "process; load libcustom_ops.so first (import custom_ops, or "
                 "torch.ops.load_library(path))"
             ) from None
-    custom = torch.ops.custom
-    return custom.weighted_sum.default, custom.weighted_sum_backward.default, custom.weighted_square_sum.default
+    return [(name, getattr(torch.ops.custom, name.split("::")[1]).default) for name in _OPERATORS]
 
 
 def _hash_non_tensor_arguments(op) -> None:
     """Makes DTensor's sharding cache tell apart calls that differ in a non-tensor argument.
 
     register_sharding keys its cache on the tensor arguments' placements and shapes, and on the
-    non-tensor arguments from the first *int* argument on (RuntimeSchemaInfo.static_argnum). The
+    non-tensor arguments from the first *int* argument on (RuntimeSchemaInfo.static_argnum). A
     backward's only non-tensor argument is ``bool[2] output_mask``, so a sharding decided for one
     mask would be reused for another: a gradient that one mask leaves out (None, no placement)
     would then be given to a call that computes it ("output tensor should be scalar!"), or the
-    reverse. weighted_square_sum's first int argument is its keyword ``dtype``: ``int[1]? dim``
-    and ``bool keepdim`` before it would be left out, and a sharding decided for one ``dim`` given
-    to a call that sums over another. The rules' results depend on these arguments, so the key
+    reverse. A reduction's first int argument is its keyword ``dtype``: ``int[1]? dim`` and
+    ``bool keepdim`` before it would be left out, and a sharding decided for one ``dim`` given to
+    a call that sums over another. The rules' results depend on these arguments, so the key
     must hold them: hash every argument from the first non-tensor one on (keyword ones as
     register_sharding chose).
     """
@@ -223,60 +237,99 @@ def _aligned_placement(shape, out_shape, out_dim):
     return Shard(dim)
 
 
-def _weighted_sum_sharding(input, weight):
-    from torch.distributed.tensor import Partial, Replicate, Shard
+# What a term's math allows, from its formulas at exact rational points (x, w, another w): a
+# rational function that vanishes at all of them is taken to be zero, which a formula of + - * /
+# only escapes by chance.
+_POINTS = (
+    (Fraction(3, 7), Fraction(-5, 11), Fraction(13, 4)),
+    (Fraction(-17, 9), Fraction(2, 13), Fraction(-7, 3)),
+    (Fraction(11, 5), Fraction(9, 8), Fraction(5, 17)),
+)
 
-    out_shape = torch.broadcast_shapes(input.shape, weight.shape)
-    # (out placements, [input, weight] placements); DTensor drops those whose Shard does not fit
-    # an argument's size (a dim smaller than the mesh dim).
-    rules = [([Replicate()], [Replicate(), Replicate()])]
-    for d in range(len(out_shape)):
-        rules.append(
-            (
-                [Shard(d)],
-                [_aligned_placement(input.shape, out_shape, d), _aligned_placement(weight.shape, out_shape, d)],
+
+def _free_of_weight(f) -> bool:
+    """f(x, w) does not change with w."""
+    try:
+        return all(f(x, w) == f(x, other) for x, w, other in _POINTS)
+    except ZeroDivisionError:
+        return False
+
+
+def _linear_in_weight(f, df_dw) -> bool:
+    """f(x, w) = w * g(x): zero at w = 0, and its derivative in w free of w. Then f of a Partial
+    weight (a sum or average over ranks) is that sum or average of f, with input replicated."""
+    try:
+        return all(f(x, 0) == 0 for x, _, _ in _POINTS) and _free_of_weight(df_dw)
+    except ZeroDivisionError:
+        return False
+
+
+def _elementwise_sharding(term):
+    linear = _linear_in_weight(term.value, term.dw)
+
+    def rule(input, weight):
+        from torch.distributed.tensor import Partial, Replicate, Shard
+
+        out_shape = torch.broadcast_shapes(input.shape, weight.shape)
+        # (out placements, [input, weight] placements); DTensor drops those whose Shard does not
+        # fit an argument's size (a dim smaller than the mesh dim).
+        rules = [([Replicate()], [Replicate(), Replicate()])]
+        for d in range(len(out_shape)):
+            rules.append(
+                (
+                    [Shard(d)],
+                    [_aligned_placement(input.shape, out_shape, d), _aligned_placement(weight.shape, out_shape, d)],
+                )
             )
-        )
-    for op in _partial_ops_of(weight):
-        rules.append(([Partial(op)], [Replicate(), Partial(op)]))
-    return rules
+        for op in _partial_ops_of(weight) if linear else ():
+            rules.append(([Partial(op)], [Replicate(), Partial(op)]))
+        return rules
+
+    return rule
 
 
-def _weighted_sum_backward_sharding(grad, input, weight, output_mask):
-    from torch.distributed.tensor import Partial, Replicate, Shard
+def _backward_sharding(term):
+    # grad_input = sum_to(dx grad), grad_weight = sum_to(dw grad): both linear in grad; through a
+    # Partial weight where dx is linear in w and dw linear in w (Partial) or free of it (Replicate).
+    dw_free = _free_of_weight(term.dw)
+    through_weight = _linear_in_weight(term.dx, term.dxw) and (dw_free or _linear_in_weight(term.dw, term.dww))
 
-    input_wanted, weight_wanted = bool(output_mask[0]), bool(output_mask[1])
+    def rule(grad, input, weight, output_mask):
+        from torch.distributed.tensor import Partial, Replicate, Shard
 
-    def outputs(grad_input, grad_weight):
-        return [grad_input if input_wanted else None, grad_weight if weight_wanted else None]
+        input_wanted, weight_wanted = bool(output_mask[0]), bool(output_mask[1])
 
-    out_shape = grad.shape
-    rules = [(outputs(Replicate(), Replicate()), [Replicate(), Replicate(), Replicate(), None])]
-    for d in range(len(out_shape)):
-        input_placement = _aligned_placement(input.shape, out_shape, d)
-        weight_placement = _aligned_placement(weight.shape, out_shape, d)
-        # A broadcast argument's gradient sums the slices of dim d: each rank has its own.
-        rules.append(
-            (
-                outputs(
-                    input_placement if isinstance(input_placement, Shard) else Partial("sum"),
-                    weight_placement if isinstance(weight_placement, Shard) else Partial("sum"),
-                ),
-                [Shard(d), input_placement, weight_placement, None],
+        def outputs(grad_input, grad_weight):
+            return [grad_input if input_wanted else None, grad_weight if weight_wanted else None]
+
+        out_shape = grad.shape
+        rules = [(outputs(Replicate(), Replicate()), [Replicate(), Replicate(), Replicate(), None])]
+        for d in range(len(out_shape)):
+            input_placement = _aligned_placement(input.shape, out_shape, d)
+            weight_placement = _aligned_placement(weight.shape, out_shape, d)
+            # A broadcast argument's gradient sums the slices of dim d: each rank has its own.
+            rules.append(
+                (
+                    outputs(
+                        input_placement if isinstance(input_placement, Shard) else Partial("sum"),
+                        weight_placement if isinstance(weight_placement, Shard) else Partial("sum"),
+                    ),
+                    [Shard(d), input_placement, weight_placement, None],
+                )
             )
-        )
-    # grad_input = sum_to(2 w x grad) is linear in grad and in weight (one at a time);
-    # grad_weight = sum_to(x**2 grad) is linear in grad and does not read weight.
-    for op in _partial_ops_of(grad):
-        rules.append((outputs(Partial(op), Partial(op)), [Partial(op), Replicate(), Replicate(), None]))
-    for op in _partial_ops_of(weight):
-        rules.append((outputs(Partial(op), Replicate()), [Replicate(), Replicate(), Partial(op), None]))
-    return rules
+        for op in _partial_ops_of(grad):
+            rules.append((outputs(Partial(op), Partial(op)), [Partial(op), Replicate(), Replicate(), None]))
+        for op in _partial_ops_of(weight) if through_weight else ():
+            grad_weight = Replicate() if dw_free else Partial(op)
+            rules.append((outputs(Partial(op), grad_weight), [Replicate(), Replicate(), Partial(op), None]))
+        return rules
+
+    return rule
 
 
 def _summed_dims(dim, ndim):
-    """Which dims of a rank-`ndim` shape weighted_square_sum sums over: all for None or [], else
-    `dim` wrapped like torch.sum's (the op has checked it already)."""
+    """Which dims of a rank-`ndim` shape a reduction sums over: all for None or [], else `dim`
+    wrapped like torch.sum's (the op has checked it already)."""
     if not dim:
         return set(range(ndim))
     if isinstance(dim, int):
@@ -284,30 +337,50 @@ def _summed_dims(dim, ndim):
     return {d % ndim for d in dim} if ndim > 0 else set()
 
 
-def _weighted_square_sum_sharding(input, weight, dim=None, keepdim=False, *, dtype=None):
-    from torch.distributed.tensor import Partial, Replicate, Shard
+def _reduction_sharding(term):
+    linear = _linear_in_weight(term.value, term.dw)
 
-    out_shape = torch.broadcast_shapes(input.shape, weight.shape)
-    summed = _summed_dims(dim, len(out_shape))
-    no_tensor = [None, None, None]  # dim, keepdim, dtype
-    rules = [([Replicate()], [Replicate(), Replicate(), *no_tensor])]
-    for d in range(len(out_shape)):
-        kept_index = d if keepdim else d - sum(1 for s in summed if s < d)
-        # A summed d: each rank's sum over its slice of d, and the sum of them is the total.
-        out = Partial("sum") if d in summed else Shard(kept_index)
-        rules.append(
-            (
-                [out],
-                [
-                    _aligned_placement(input.shape, out_shape, d),
-                    _aligned_placement(weight.shape, out_shape, d),
-                    *no_tensor,
-                ],
+    def rule(input, weight, dim=None, keepdim=False, *, dtype=None):
+        from torch.distributed.tensor import Partial, Replicate, Shard
+
+        out_shape = torch.broadcast_shapes(input.shape, weight.shape)
+        summed = _summed_dims(dim, len(out_shape))
+        no_tensor = [None, None, None]  # dim, keepdim, dtype
+        rules = [([Replicate()], [Replicate(), Replicate(), *no_tensor])]
+        for d in range(len(out_shape)):
+            kept_index = d if keepdim else d - sum(1 for s in summed if s < d)
+            # A summed d: each rank's sum over its slice of d, and the sum of them is the total.
+            out = Partial("sum") if d in summed else Shard(kept_index)
+            rules.append(
+                (
+                    [out],
+                    [
+                        _aligned_placement(input.shape, out_shape, d),
+                        _aligned_placement(weight.shape, out_shape, d),
+                        *no_tensor,
+                    ],
+                )
             )
-        )
-    for op in _partial_ops_of(weight):
-        rules.append(([Partial(op)], [Replicate(), Partial(op), *no_tensor]))
+        for op in _partial_ops_of(weight) if linear else ():
+            rules.append(([Partial(op)], [Replicate(), Partial(op), *no_tensor]))
+        return rules
+
+    return rule
+
+
+def _rules() -> dict:
+    """{qualified op name: its rule}: each operator's by its kind, then each term's backward's."""
+    rules = {}
+    for operator in OPERATORS:
+        make = _elementwise_sharding if operator.kind == ELEMENTWISE else _reduction_sharding
+        rules[f"custom::{operator.name}"] = make(operator.term)
+    for operator in OPERATORS:
+        rules.setdefault(f"custom::{operator.term.backward}", _backward_sharding(operator.term))
     return rules
+
+
+_RULES = _rules()
+_OPERATORS = tuple(_RULES)
 
 
 # `import custom_ops.sharding` is the opt-in: its parent package has loaded the operators. Loaded by
