@@ -13,6 +13,7 @@ directory on sys.path).
   placement_names, make_dtensor, ...      for the cases, on each rank
   run_op_case, expected_placements        one case of an op on DTensors against its composite, and
                                           the placements it gives with no collective
+  term_facts                              which Partial placements a term's math keeps, measured
 
 The library is environment.LIBRARY ($CUSTOM_OPS_LIBRARY, else build/libcustom_ops.so); the rules
 come from the installed custom_ops package when it imports, else from python/custom_ops/sharding.py.
@@ -127,12 +128,34 @@ def placement_pairs(x_shape, w_shape):
                 yield px_name, px, pw_name, pw
 
 
-def expected_placements(x_shape, w_shape, px, pw, summed=(), keepdim=False):
+def term_facts(term):
+    """What a term's math lets a Partial weight keep, measured on random float64 values (not read
+    from sharding.py): value_linear (value(x, a w1 + w2) = a value(x, w1) + value(x, w2)),
+    dx_linear, dw_linear the same of dx and dw, dw_free (dw does not change with w)."""
+    gen = torch.Generator().manual_seed(0)
+    x, w1, w2 = (torch.randn(16, generator=gen, dtype=torch.float64) for _ in range(3))
+
+    def at(f, w):
+        return torch.as_tensor(f(x, w), dtype=torch.float64).expand(x.shape)
+
+    def linear(f):
+        return torch.allclose(at(f, 0.37 * w1 + w2), 0.37 * at(f, w1) + at(f, w2))
+
+    return SimpleNamespace(
+        value_linear=linear(term.value),
+        dx_linear=linear(term.dx),
+        dw_linear=linear(term.dw),
+        dw_free=torch.allclose(at(term.dw, w1), at(term.dw, w2)),
+    )
+
+
+def expected_placements(x_shape, w_shape, px, pw, summed=(), keepdim=False, facts=None):
     """(out placement, input grad placement, weight grad placement) where (px, pw) already fit a rule,
     so forward and backward need no collective; None where some redistribution is needed (whatever
     is summed). For an op that multiplies input and weight elementwise (broadcast), then sums over
     the output dims `summed` (none: an elementwise op): a sharded dim that is summed gives
-    Partial("sum"), a kept one stays sharded at its position in the output."""
+    Partial("sum"), a kept one stays sharded at its position in the output. A Partial weight
+    stays Partial only as far as the term's `facts` (term_facts; None: w * x**2's) allow."""
     from torch.distributed.tensor import Partial, Replicate, Shard
 
     out_shape = tuple(torch.broadcast_shapes(x_shape, w_shape))
@@ -140,8 +163,13 @@ def expected_placements(x_shape, w_shape, px, pw, summed=(), keepdim=False):
     if isinstance(px, Partial):
         return None
     if isinstance(pw, Partial):
-        # linear in weight: Partial out; the backward gets a Replicate grad (see run_op_case).
-        return (pw, pw, Replicate()) if isinstance(px, Replicate) else None
+        # linear in weight: Partial out; the backward gets a Replicate grad (see run_op_case), and
+        # keeps a Partial weight where dx is linear in it and dw linear in it or free of it.
+        facts = facts or SimpleNamespace(value_linear=True, dx_linear=True, dw_linear=False, dw_free=True)
+        backward = facts.dx_linear and (facts.dw_free or facts.dw_linear)
+        if not (isinstance(px, Replicate) and facts.value_linear and backward):
+            return None
+        return (pw, pw, Replicate() if facts.dw_free else pw)
     out_dims = set()
     for p, shape in ((px, x_shape), (pw, w_shape)):
         if isinstance(p, Shard):

@@ -1,10 +1,10 @@
 """custom_ops.sharding in one process: register() and the rules' placement lists.
 
-The rules are plain functions of the arguments' shapes and placements (and of weighted_square_sum's
-dim and keepdim), checked here without a process group; test_dtensor_sharding.py runs them on 2
-ranks. What every forward rule does alike (operands lined up right-aligned, Partial only through
-the weight) is checked for each operator of FORWARD_RULES; what is one operator's own (the
-backward's gradients, the summed dims' Partial) by tests named for it.
+The rules are plain functions of the arguments' shapes and placements (and of a reduction's dim and
+keepdim), checked here without a process group; test_dtensor_sharding.py runs them on 2 ranks.
+Everything is parametrized by the table (operators.py): what every forward rule does alike
+(operands lined up right-aligned, Partial only through the weight and only where the term is
+linear in it) for each operator; each term's backward op's rule; a reduction's summed dims.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dtensor_harness import P, fresh_sharding_module, spec
+from dtensor_harness import P, fresh_sharding_module, spec, term_facts
+from operators import ELEMENTWISE, OPERATORS, each_reduction_operator
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="needs torch.distributed")
 
-NO_TENSOR = [None, None, None]  # weighted_square_sum's dim, keepdim, dtype
+NO_TENSOR = [None, None, None]  # a reduction's dim, keepdim, dtype
 
 
 @pytest.fixture(scope="module")
@@ -30,23 +31,31 @@ def sharding():
 
 
 # ---------------------------------------------------------------------------------------------
-# The operators
+# The operators, from the table (operators.py)
 # ---------------------------------------------------------------------------------------------
+
+
+def rule_of(sharding, name):
+    return sharding._RULES[f"custom::{name}"]
 
 
 @dataclasses.dataclass(frozen=True)
 class ForwardRule:
     name: str
+    op: object  # operators.py's row
     # (sharding module, input spec, weight spec) -> the rule's list, each entry (out, [input, weight])
     rules: Callable
     # the output's placement when broadcast dim d of an n-dim broadcast shape is sharded
     sharded_out: Callable[[int, int], object]
 
 
-def _square_sum_over_last_dim(sharding, x, w):
-    rules = sharding._weighted_square_sum_sharding(x, w, [-1])
-    assert all(inputs[2:] == NO_TENSOR for _out, inputs in rules), rules
-    return [(out, inputs[:2]) for out, inputs in rules]
+def _reduction_over_last_dim(name):
+    def rules(sharding, x, w):
+        entries = rule_of(sharding, name)(x, w, [-1])
+        assert all(inputs[2:] == NO_TENSOR for _out, inputs in entries), entries
+        return [(out, inputs[:2]) for out, inputs in entries]
+
+    return rules
 
 
 def _summed_over_last_dim(d, n):
@@ -54,18 +63,25 @@ def _summed_over_last_dim(d, n):
     return Partial("sum") if d == n - 1 else Shard(d)
 
 
-FORWARD_RULES = [
-    ForwardRule("weighted_sum", lambda s, x, w: s._weighted_sum_sharding(x, w), lambda d, n: P()[0](d)),
-    ForwardRule("weighted_square_sum", _square_sum_over_last_dim, _summed_over_last_dim),
-]
+def forward_rule(op):
+    if op.kind == ELEMENTWISE:
+        return ForwardRule(op.name, op, lambda s, x, w: rule_of(s, op.name)(x, w), lambda d, n: P()[0](d))
+    return ForwardRule(op.name, op, _reduction_over_last_dim(op.name), _summed_over_last_dim)
+
+
+FORWARD_RULES = [forward_rule(op) for op in OPERATORS]
 
 # Every operator with rules -> the index of its first non-tensor argument, which DTensor's sharding
-# cache must hash (None: it has none), and the keyword arguments it must hash.
+# cache must hash (None: it has none), and the keyword arguments it must hash: by kind, and each
+# term's backward op (output_mask).
 REGISTERED = {
-    "weighted_sum": (None, ()),
-    "weighted_sum_backward": (3, ()),  # output_mask
-    "weighted_square_sum": (2, ("dtype",)),  # dim, keepdim; dtype is keyword-only
+    **{op.name: (None, ()) if op.kind == ELEMENTWISE else (2, ("dtype",)) for op in OPERATORS},
+    **{op.backward: (3, ()) for op in OPERATORS},
 }
+
+# One operator per term: its backward op's rule, named by the term's backward op.
+FIRST_OF_EACH_TERM = list({op.backward: op for op in reversed(OPERATORS)}.values())[::-1]
+each_backward = pytest.mark.parametrize("op", FIRST_OF_EACH_TERM, ids=lambda op: op.backward)
 
 
 def forward_rules():
@@ -183,7 +199,8 @@ def test_zero_dim_arguments(sharding, op):
 def test_partial_only_through_weight(sharding, op):
     _Shard, R, Partial = P()
     rules = op.rules(sharding, spec((4, 6), R), spec((6,), Partial("avg")))
-    assert ([Partial("avg")], [R, Partial("avg")]) in rules
+    # only where the value is linear in the weight (w * x**2 is; x / w is not)
+    assert (([Partial("avg")], [R, Partial("avg")]) in rules) == term_facts(op.op.term).value_linear
     replicated = op.rules(sharding, spec((4, 6), R), spec((6,), R))
     # not linear in the input: a Partial input gets only the rules of a replicated one
     assert op.rules(sharding, spec((4, 6), Partial()), spec((6,), R)) == replicated
@@ -192,86 +209,93 @@ def test_partial_only_through_weight(sharding, op):
 
 
 # ---------------------------------------------------------------------------------------------
-# weighted_sum_backward's rule
+# Each term's backward op's rule
 # ---------------------------------------------------------------------------------------------
 
 
-def test_backward_broadcast_gradient_is_partial_sum_over_sharded_dims(sharding):
+@each_backward
+def test_backward_broadcast_gradient_is_partial_sum_over_sharded_dims(sharding, op):
     Shard, R, Partial = P()
-    rules = sharding._weighted_sum_backward_sharding(spec((4, 6), R), spec((4, 6), R), spec((6,), R), [True, True])
+    backward = rule_of(sharding, op.backward)
+    rules = backward(spec((4, 6), R), spec((4, 6), R), spec((6,), R), [True, True])
     assert rules == [
         ([R, R], [R, R, R, None]),
         # sharded along the dim weight is broadcast on: each rank sums its own rows
         ([Shard(0), Partial("sum")], [Shard(0), Shard(0), R, None]),
         ([Shard(1), Shard(0)], [Shard(1), Shard(1), Shard(0), None]),
     ]
-    rules = sharding._weighted_sum_backward_sharding(spec((4, 6), R), spec((1, 6), R), spec((4, 6), R), [True, True])
+    rules = backward(spec((4, 6), R), spec((1, 6), R), spec((4, 6), R), [True, True])
     assert ([Partial("sum"), Shard(0)], [Shard(0), R, Shard(0), None]) in rules
 
 
-def test_backward_masked_gradients_have_no_placement(sharding):
+@each_backward
+def test_backward_masked_gradients_have_no_placement(sharding, op):
     _Shard, R, _Partial = P()
     args = (spec((4, 6), R), spec((4, 6), R), spec((6,), R))
     for mask in ([True, False], [False, True], [False, False]):
-        for outputs, inputs in sharding._weighted_sum_backward_sharding(*args, mask):
+        for outputs, inputs in rule_of(sharding, op.backward)(*args, mask):
             assert (outputs[0] is None) == (not mask[0]) and (outputs[1] is None) == (not mask[1])
             assert inputs[3] is None  # output_mask is no tensor
 
 
-def test_backward_linear_in_grad_and_in_weight(sharding):
+@each_backward
+def test_backward_linear_in_grad_and_in_weight(sharding, op):
     _Shard, R, Partial = P()
-    rules = sharding._weighted_sum_backward_sharding(
-        spec((4, 6), Partial()), spec((4, 6), R), spec((6,), R), [True, True]
-    )
+    backward = rule_of(sharding, op.backward)
+    rules = backward(spec((4, 6), Partial()), spec((4, 6), R), spec((6,), R), [True, True])
     assert ([Partial("sum"), Partial("sum")], [Partial("sum"), R, R, None]) in rules
-    rules = sharding._weighted_sum_backward_sharding(
-        spec((4, 6), R), spec((4, 6), R), spec((6,), Partial("avg")), [True, True]
-    )
-    # grad_weight = sum_to(x**2 grad) does not read weight: replicated
-    assert ([Partial("avg"), R], [R, R, Partial("avg"), None]) in rules
-    rules = sharding._weighted_sum_backward_sharding(
-        spec((4, 6), R), spec((4, 6), Partial()), spec((6,), R), [True, True]
-    )
+    rules = backward(spec((4, 6), R), spec((4, 6), R), spec((6,), Partial("avg")), [True, True])
+    # grad_input = sum_to(dx grad) keeps a Partial weight where dx is linear in it; grad_weight =
+    # sum_to(dw grad) is replicated where dw does not read weight (x**2), Partial where linear in it.
+    facts = term_facts(op.term)
+    through_weight = [entry for entry in rules if entry[1] == [R, R, Partial("avg"), None]]
+    if facts.dx_linear and (facts.dw_free or facts.dw_linear):
+        assert through_weight == [([Partial("avg"), R if facts.dw_free else Partial("avg")], [R, R, Partial("avg"), None])]
+    else:
+        assert through_weight == []
+    rules = backward(spec((4, 6), R), spec((4, 6), Partial()), spec((6,), R), [True, True])
     assert all(not isinstance(p, Partial) for out, inputs in rules for p in inputs if p is not None)
 
 
 # ---------------------------------------------------------------------------------------------
-# weighted_square_sum's rule: which dims are summed
+# Each reduction's rule: which dims are summed
 # ---------------------------------------------------------------------------------------------
 
 
-def square_sum_rule(sharding, x_shape, w_shape, *args, x_placement=None, w_placement=None, **kwargs):
+def square_sum_rule(sharding, op, x_shape, w_shape, *args, x_placement=None, w_placement=None, **kwargs):
     _Shard, R, _Partial = P()
-    return sharding._weighted_square_sum_sharding(
+    return rule_of(sharding, op.name)(
         spec(x_shape, x_placement or R), spec(w_shape, w_placement or R), *args, **kwargs
     )
 
 
-def test_square_sum_summed_dim_gives_partial_sum_kept_dim_stays_sharded(sharding):
+@each_reduction_operator
+def test_square_sum_summed_dim_gives_partial_sum_kept_dim_stays_sharded(sharding, op):
     Shard, R, Partial = P()
-    assert square_sum_rule(sharding, (4, 6), (4, 6), [1]) == [
+    assert square_sum_rule(sharding, op, (4, 6), (4, 6), [1]) == [
         ([R], [R, R, *NO_TENSOR]),
         ([Shard(0)], [Shard(0), Shard(0), *NO_TENSOR]),  # kept: out dim 0
         ([Partial("sum")], [Shard(1), Shard(1), *NO_TENSOR]),  # summed: each rank its own columns
     ]
-    assert square_sum_rule(sharding, (4, 6), (4, 6), [0]) == [
+    assert square_sum_rule(sharding, op, (4, 6), (4, 6), [0]) == [
         ([R], [R, R, *NO_TENSOR]),
         ([Partial("sum")], [Shard(0), Shard(0), *NO_TENSOR]),
         ([Shard(0)], [Shard(1), Shard(1), *NO_TENSOR]),  # input dim 1 is output dim 0
     ]
     # summed over the dim only the weight has (the input the broadcast one)
-    rules = square_sum_rule(sharding, (6,), (4, 6), [0])
+    rules = square_sum_rule(sharding, op, (6,), (4, 6), [0])
     assert ([Partial("sum")], [R, Shard(0), *NO_TENSOR]) in rules
     assert ([Shard(0)], [Shard(0), Shard(1), *NO_TENSOR]) in rules
     # summed over the size-1 dim of the weight
-    rules = square_sum_rule(sharding, (4, 6), (1, 6), [0])
+    rules = square_sum_rule(sharding, op, (4, 6), (1, 6), [0])
     assert ([Partial("sum")], [Shard(0), R, *NO_TENSOR]) in rules
 
 
-def test_square_sum_kept_dim_position_counts_the_summed_dims_before_it(sharding):
+@each_reduction_operator
+def test_square_sum_kept_dim_position_counts_the_summed_dims_before_it(sharding, op):
     Shard, R, Partial = P()
     # (2, 4, 6, 8) summed over dims 0 and 2: dims 1 and 3 are output dims 0 and 1.
-    rules = square_sum_rule(sharding, (2, 4, 6, 8), (8,), [0, -2])
+    rules = square_sum_rule(sharding, op, (2, 4, 6, 8), (8,), [0, -2])
     assert rules == [
         ([R], [R, R, *NO_TENSOR]),
         ([Partial("sum")], [Shard(0), R, *NO_TENSOR]),
@@ -280,26 +304,28 @@ def test_square_sum_kept_dim_position_counts_the_summed_dims_before_it(sharding)
         ([Shard(1)], [Shard(3), Shard(0), *NO_TENSOR]),
     ]
     # keepdim: every dim keeps its position.
-    rules = square_sum_rule(sharding, (2, 4, 6, 8), (8,), [0, -2], True)
+    rules = square_sum_rule(sharding, op, (2, 4, 6, 8), (8,), [0, -2], True)
     assert ([Shard(1)], [Shard(1), R, *NO_TENSOR]) in rules
     assert ([Shard(3)], [Shard(3), Shard(0), *NO_TENSOR]) in rules
     assert ([Partial("sum")], [Shard(2), R, *NO_TENSOR]) in rules
 
 
-def test_square_sum_every_dim_summed_by_default(sharding):
+@each_reduction_operator
+def test_square_sum_every_dim_summed_by_default(sharding, op):
     Shard, R, Partial = P()
     for args, kwargs in (((), {}), ((None,), {}), (([],), {}), (([], True), {"dtype": torch.float64})):
-        rules = square_sum_rule(sharding, (4, 6), (6,), *args, **kwargs)
+        rules = square_sum_rule(sharding, op, (4, 6), (6,), *args, **kwargs)
         assert rules == [
             ([R], [R, R, *NO_TENSOR]),
             ([Partial("sum")], [Shard(0), R, *NO_TENSOR]),
             ([Partial("sum")], [Shard(1), Shard(0), *NO_TENSOR]),
         ], (args, kwargs)
-    rules = square_sum_rule(sharding, (4, 6), (6,), None, w_placement=Partial("sum"))
-    assert ([Partial("sum")], [R, Partial("sum"), *NO_TENSOR]) in rules
+    rules = square_sum_rule(sharding, op, (4, 6), (6,), None, w_placement=Partial("sum"))
+    assert (([Partial("sum")], [R, Partial("sum"), *NO_TENSOR]) in rules) == term_facts(op.term).value_linear
 
 
-def test_square_sum_zero_dim_shape_with_any_dim(sharding):
+@each_reduction_operator
+def test_square_sum_zero_dim_shape_with_any_dim(sharding, op):
     _Shard, R, _Partial = P()
     for dim in (None, [0], [-1]):
-        assert square_sum_rule(sharding, (), (), dim) == [([R], [R, R, *NO_TENSOR])]
+        assert square_sum_rule(sharding, op, (), (), dim) == [([R], [R, R, *NO_TENSOR])]

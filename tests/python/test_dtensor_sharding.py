@@ -1,4 +1,5 @@
-"""The `custom` operators on DTensors: custom_ops.sharding's rules, on 2 ranks, operator by operator.
+"""The `custom` operators on DTensors: custom_ops.sharding's rules, on 2 ranks, for every operator of
+the table (operators.py), by its kind.
 
 One test per operator and backend spawns 2 processes (gloo on CPU; nccl on 2 GPUs) that set up one
 process group and run every case of that operator, then report back, so process start-up is paid
@@ -7,20 +8,20 @@ Shard(0), Shard(1), Replicate() and Partial() on a 1-D mesh of 2, and for severa
 shapes, a case checks that
 
   * the forward, and the gradients of input and weight (autograd through the op's backward, which
-    calls weighted_sum_backward on DTensors), equal the composite and its gradients computed on
+    calls its term's backward op on DTensors), equal the composite and its gradients computed on
     full tensors;
   * where the placements already fit a rule (Shard on lined-up dims, Replicate, a Partial weight
     with a Replicate input), forward and backward run with no collective (CommDebugMode), and the
     output and gradients have the expected placements (dtensor_harness.expected_placements);
 
 and, for some shapes, that second derivatives (create_graph=True) match too. Failures of all cases
-are reported together. Each operator adds cases of its own:
+are reported together. Each kind adds cases of its own:
 
-  weighted_sum         the backward operator called directly for every placement of grad, input
+  elementwise          the term's backward operator called directly for every placement of grad, input
                        and weight, with output_masks that leave a gradient out (None) and then
                        [True, True] for the same placements (a cached sharding of one mask must
                        not be reused for another).
-  weighted_square_sum  several `dim`s per shape (keepdim alternating): the output is
+  reduction            several `dim`s per shape (keepdim alternating): the output is
                        Partial("sum") when the sharded dim is summed over, else Shard on that
                        dim's position in the output. Placements that fit a rule run with one dim
                        after another, and with dtype=float32 after dtype=None (a sharding cached
@@ -50,17 +51,18 @@ from dtensor_harness import (
     placement_pairs,
     run_on_ranks,
     run_op_case,
+    term_facts,
 )
-from reference import sum_to
+from operators import BY_NAME, ELEMENTWISE, OPERATORS
 
 DEADLINE_S = 300  # for one operator's whole spawned run
 
 # ---------------------------------------------------------------------------------------------
-# weighted_sum (and its backward operator)
+# Elementwise operators (and their term's backward operator)
 # ---------------------------------------------------------------------------------------------
 
 # name -> (input shape, weight shape)
-WEIGHTED_SUM_SHAPES = {
+ELEMENTWISE_SHAPES = {
     "same": ((4, 6), (4, 6)),
     "uneven": ((5, 3), (5, 3)),  # 5 rows and 3 columns split 3 + 2 and 2 + 1
     "weight_C": ((4, 6), (6,)),  # weight dim 0 lines up with output dim 1
@@ -71,32 +73,29 @@ WEIGHTED_SUM_SHAPES = {
 # For the direct calls of the backward operator (every grad placement and output_mask).
 BACKWARD_SHAPES = ("same", "weight_C", "input_C")
 # Shapes whose cases also take a second derivative (the backward operator's own autograd).
-WEIGHTED_SUM_SECOND_ORDER_SHAPES = ("same", "weight_C")
+ELEMENTWISE_SECOND_ORDER_SHAPES = ("same", "weight_C")
 
 
-def weighted_sum_composite(x, w):
-    return w * x**2
-
-
-def run_backward_case(shape_name, pg_name, px_name, pw_name, mask, seed, *, mesh, device):
+def run_backward_case(op_name, shape_name, pg_name, px_name, pw_name, mask, seed, *, mesh, device):
     from torch.distributed.tensor import Partial, Replicate, Shard
     from torch.distributed.tensor.debug import CommDebugMode
 
     names = placement_names()
     pg, px, pw = names[pg_name], names[px_name], names[pw_name]
-    x_shape, w_shape = WEIGHTED_SUM_SHAPES[shape_name]
+    op = BY_NAME[op_name]
+    x_shape, w_shape = ELEMENTWISE_SHAPES[shape_name]
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(x_shape, generator=gen, dtype=torch.float64).to(device)
     w = torch.randn(w_shape, generator=gen, dtype=torch.float64).to(device)
     g = torch.randn(torch.broadcast_shapes(x_shape, w_shape), generator=gen, dtype=torch.float64).to(device)
     gd, xd, wd = make_dtensor(g, pg, mesh), make_dtensor(x, px, mesh), make_dtensor(w, pw, mesh)
     with CommDebugMode() as mode:
-        gx, gw = torch.ops.custom.weighted_sum_backward(gd, xd, wd, mask)
+        gx, gw = getattr(torch.ops.custom, op.backward)(gd, xd, wd, mask)
     record = {"comms": comm_counts(mode)}
-    for wanted, actual, expected, what in (
-        (mask[0], gx, sum_to(2 * w * x * g, x_shape), "grad input"),
-        (mask[1], gw, sum_to(x**2 * g, w_shape), "grad weight"),
-    ):
+    # The gradients of the composite (autograd's derivative of the term's value, summed back).
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    ex, ew = torch.autograd.grad(op.composite(xr, wr), [xr, wr], g)
+    for wanted, actual, expected, what in ((mask[0], gx, ex, "grad input"), (mask[1], gw, ew, "grad weight")):
         if not wanted:
             assert actual is None, f"{what} is {type(actual).__name__}, but output_mask leaves it out"
             continue
@@ -112,28 +111,30 @@ def run_backward_case(shape_name, pg_name, px_name, pw_name, mask, seed, *, mesh
     return record
 
 
-def weighted_sum_cases():
+def elementwise_cases(op_name):
     """(name, run) for each case, run on every rank by dtensor_harness.run_on_ranks."""
+    op = BY_NAME[op_name]
+    facts = term_facts(op.term)
     seed = 0
-    for shape_name, (x_shape, w_shape) in WEIGHTED_SUM_SHAPES.items():
+    for shape_name, (x_shape, w_shape) in ELEMENTWISE_SHAPES.items():
         for px_name, px, pw_name, pw in placement_pairs(x_shape, w_shape):
             seed += 1
             run = functools.partial(
                 run_op_case,
-                torch.ops.custom.weighted_sum,
-                weighted_sum_composite,
+                getattr(torch.ops.custom, op.name),
+                op.composite,
                 x_shape,
                 w_shape,
                 px,
                 pw,
                 seed,
-                expected=expected_placements(x_shape, w_shape, px, pw),
-                second_order=shape_name in WEIGHTED_SUM_SECOND_ORDER_SHAPES,
+                expected=expected_placements(x_shape, w_shape, px, pw, facts=facts),
+                second_order=shape_name in ELEMENTWISE_SECOND_ORDER_SHAPES,
             )
             yield f"{shape_name} input={px_name} weight={pw_name}", run
     combo = 0
     for shape_name in BACKWARD_SHAPES:
-        x_shape, w_shape = WEIGHTED_SUM_SHAPES[shape_name]
+        x_shape, w_shape = ELEMENTWISE_SHAPES[shape_name]
         out_shape = torch.broadcast_shapes(x_shape, w_shape)
         names = placement_names()
         for pg_name in names:
@@ -149,15 +150,15 @@ def weighted_sum_cases():
                     masks.insert(0, [False, False])
                 for mask in masks:
                     seed += 1
-                    run = functools.partial(run_backward_case, shape_name, pg_name, px_name, pw_name, mask, seed)
+                    run = functools.partial(run_backward_case, op.name, shape_name, pg_name, px_name, pw_name, mask, seed)
                     yield f"backward op {shape_name} grad={pg_name} input={px_name} weight={pw_name} mask={mask}", run
 
 
 # ---------------------------------------------------------------------------------------------
-# weighted_square_sum
+# Reductions
 # ---------------------------------------------------------------------------------------------
 
-# name -> (input shape, weight shape, the dims to sum over, in turn). weighted_sum's cases run even
+# name -> (input shape, weight shape, the dims to sum over, in turn). The elementwise cases run even
 # and uneven splits and both kinds of size-1 broadcast dim through the elementwise rule; here each
 # shape is one way the operands line up, with uneven splits where the sizes allow.
 SQUARE_SUM_SHAPES = {
@@ -166,7 +167,7 @@ SQUARE_SUM_SHAPES = {
     "input_C": ((6,), (4, 6), ([0], [-1])),  # the input is the broadcast one
     "3d_weight_C1": ((2, 4, 6), (4, 1), ([1], [0, 2], [2])),  # weight dims 0, 1 are output dims 1, 2; 1 is size-1
 }
-# Shapes whose cases also take a second derivative (weighted_sum_backward's own autograd), for the
+# Shapes whose cases also take a second derivative (the term's backward op's own autograd), for the
 # placements that fit a rule, with their first dim.
 SQUARE_SUM_SECOND_ORDER_SHAPES = ("same", "weight_C")
 
@@ -177,12 +178,12 @@ def summed_dims(ndim, dim):
     return {d % ndim for d in dim}
 
 
-def square_sum(dim, keepdim, dtype):
-    return lambda x, w: torch.ops.custom.weighted_square_sum(x, w, dim, keepdim, dtype=dtype)
+def square_sum(op, dim, keepdim, dtype):
+    return lambda x, w: getattr(torch.ops.custom, op.name)(x, w, dim, keepdim, dtype=dtype)
 
 
-def square_sum_composite(dim, keepdim):
-    return lambda x, w: (w * x**2).sum(dim, keepdim)
+def square_sum_composite(op, dim, keepdim):
+    return lambda x, w: op.composite(x, w, dim, keepdim)
 
 
 def square_sum_calls(shape_name, dims, fits_a_rule):
@@ -197,13 +198,15 @@ def square_sum_calls(shape_name, dims, fits_a_rule):
     return calls
 
 
-def square_sum_cases():
+def reduction_cases(op_name):
     """(name, run) for each case, run on every rank by dtensor_harness.run_on_ranks."""
+    op = BY_NAME[op_name]
+    facts = term_facts(op.term)
     seed = 0
     for shape_name, (x_shape, w_shape, dims) in SQUARE_SUM_SHAPES.items():
         n = len(torch.broadcast_shapes(x_shape, w_shape))
         for px_name, px, pw_name, pw in placement_pairs(x_shape, w_shape):
-            fits_a_rule = expected_placements(x_shape, w_shape, px, pw) is not None  # whatever is summed
+            fits_a_rule = expected_placements(x_shape, w_shape, px, pw, facts=facts) is not None  # any dim
             for i, (dim, dtype) in enumerate(square_sum_calls(shape_name, dims, fits_a_rule)):
                 seed += 1
                 keepdim = seed % 2 == 0
@@ -212,15 +215,15 @@ def square_sum_cases():
                     name += f" dtype={dtype}"
                 run = functools.partial(
                     run_op_case,
-                    square_sum(dim, keepdim, dtype),
-                    square_sum_composite(dim, keepdim),
+                    square_sum(op, dim, keepdim, dtype),
+                    square_sum_composite(op, dim, keepdim),
                     x_shape,
                     w_shape,
                     px,
                     pw,
                     seed,
                     dtype=dtype,
-                    expected=expected_placements(x_shape, w_shape, px, pw, summed_dims(n, dim), keepdim),
+                    expected=expected_placements(x_shape, w_shape, px, pw, summed_dims(n, dim), keepdim, facts),
                     second_order=shape_name in SQUARE_SUM_SECOND_ORDER_SHAPES and fits_a_rule and i == 0,
                 )
                 yield name, run
@@ -241,19 +244,22 @@ def check_square_sum(matching):
 @dataclasses.dataclass(frozen=True)
 class Sharded:
     name: str
-    cases: Callable  # a module-level generator: the spawned ranks import it by name
+    cases: Callable  # a module-level generator (bound to the op's name): the spawned ranks import it
     min_matching: int  # cases whose placements fit a rule, at least
     check: Callable | None = None  # more checks of those cases
 
 
-OPERATORS = [
-    Sharded("weighted_sum", weighted_sum_cases, min_matching=20),
-    Sharded("weighted_square_sum", square_sum_cases, min_matching=80, check=check_square_sum),
-]
+def sharded(op):
+    if op.kind == ELEMENTWISE:
+        return Sharded(op.name, functools.partial(elementwise_cases, op.name), min_matching=20)
+    return Sharded(op.name, functools.partial(reduction_cases, op.name), min_matching=80, check=check_square_sum)
+
+
+SHARDED = [sharded(op) for op in OPERATORS]
 
 
 @pytest.mark.parametrize("backend", ["gloo", "nccl"])
-@pytest.mark.parametrize("op", OPERATORS, ids=[op.name for op in OPERATORS])
+@pytest.mark.parametrize("op", SHARDED, ids=[op.name for op in SHARDED])
 def test_dtensor_sharding(op, backend):
     results = run_on_ranks(op.cases, backend, f"custom::{op.name}", DEADLINE_S)
     matching = check_results(results, min_matching=op.min_matching)

@@ -1,6 +1,7 @@
 """torch.compile fuses every operator (operators.py's table) with its neighbours through the
-Inductor decompositions of python/custom_ops/_inductor.py; then what only some operators have:
-out= and in place, every layout and dtype against the kernel, a reduction's dims and dtype=.
+Inductor decompositions of python/custom_ops/_inductor.py; then, for every operator of a kind,
+what that kind has: an elementwise operator's out= and in place, every layout and dtype against the
+kernel and its term's backward op; a reduction's dims, keepdim and dtype=.
 
 In this process the decompositions come from the package's source file, installed the way
 `import custom_ops` installs them (compile_helpers); the package-level behaviour (lazy import,
@@ -18,7 +19,7 @@ from torch._inductor.utils import run_and_get_code
 
 import compile_helpers
 from compile_helpers import decompositions, leaves, run_compiled
-from operators import each_operator
+from operators import OPERATORS, each_elementwise_operator, each_operator, each_reduction_operator
 from reference import (
     DTYPE_PAIRS,
     FLOAT_DTYPES,
@@ -28,8 +29,9 @@ from reference import (
     dtype_name,
     make_inputs,
     make_tensor,
+    promoted,
 )
-from square_sum_reference import assert_matches_exact, error_bound, exact, make
+from square_sum_reference import error_bound, make
 
 OPS = torch.ops.custom
 
@@ -37,6 +39,35 @@ OPS = torch.ops.custom
 installed = compile_helpers.installed
 decompose = compile_helpers.decompose
 decomposed = compile_helpers.decomposed
+
+
+# One operator per term: its backward op, named by the term.
+FIRST_OF_EACH_TERM = list({op.backward: op for op in reversed(OPERATORS)}.values())[::-1]
+each_backward = pytest.mark.parametrize("op", FIRST_OF_EACH_TERM, ids=lambda op: op.backward)
+
+
+def decomposition(name):
+    return decompositions.DECOMPOSITIONS[name]
+
+
+def exact(op, x, w, dim=None, keepdim=False):
+    """(the exact sum of the reduction's terms, the sum of their absolute values), both float64:
+    the operands as the op promotes them, then the term and the sum in float64."""
+    x64, w64 = promoted(x, w)
+    terms = op.term.value(x64, w64) + torch.zeros(torch.broadcast_shapes(x64.shape, w64.shape), dtype=torch.float64)
+    return terms.sum(dim, keepdim), terms.abs().sum(dim, keepdim)
+
+
+def assert_matches_exact(op, actual, x, w, dim=None, keepdim=False, dtype=None):
+    """actual has the composite's dtype and shape, and is within error_bound of the exact sum."""
+    meta = op.composite(*(torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (x, w)), dim, keepdim, dtype)
+    assert (actual.dtype, actual.shape) == (meta.dtype, meta.shape), (actual.dtype, actual.shape, meta)
+    expected, scale = exact(op, x, w, dim, keepdim)
+    bound = error_bound(x, w, dim, dtype, expected, scale)
+    got = actual.detach().double()
+    assert torch.isfinite(got).all(), f"non-finite values: {got}"
+    bad = (got - expected).abs() > bound
+    assert not bad.any(), f"{int(bad.sum())} values off (dim={dim}, dtype={dtype}): {got[bad][:6]} vs {expected[bad][:6]}"
 
 
 def model(op):
@@ -59,7 +90,7 @@ def tolerance_of(op, x, w, factor=1):
     if op.bitwise:
         return {}
     x, w = x.detach(), w.detach()
-    expected, scale = exact(x, w, *op.args)
+    expected, scale = exact(op, x, w, *op.args)
     return {"rtol": 2.0**-22, "atol": factor * error_bound(x, w, op.args[0], None, expected, scale).max().item()}
 
 
@@ -88,8 +119,8 @@ def test_decomposition_table_follows_the_switch(op):
         assert overload not in table
         assert overload not in decomposition.select_decomp_table()
         decompositions.set_enabled(True)
-        assert table[overload] is getattr(decompositions, op.name)
-        assert decomposition.select_decomp_table()[overload] is getattr(decompositions, op.name)
+        assert table[overload] is decompositions.DECOMPOSITIONS[op.name]
+        assert decomposition.select_decomp_table()[overload] is decompositions.DECOMPOSITIONS[op.name]
     finally:
         decompositions.set_enabled(True)
 
@@ -130,7 +161,7 @@ def test_training_step_fuses(decompose, op):
         assert kernels == composite_kernels
     else:
         assert f"custom.{op.name}.default" in code
-        assert "custom.weighted_sum_backward" in code  # the backward op of both
+        assert f"custom.{op.backward}" in code  # its term's backward op
 
 
 @each_operator
@@ -193,34 +224,36 @@ def test_cache_key_tag_carries_state_and_version():
         decompositions.set_enabled(True)
 
 
-# --------------------------------------------------------------------------- weighted_sum: out=, in place, every layout
+# --------------------------------------------------------------------------- elementwise: out=, in place, every layout
 
 
-def test_out_and_inplace_fuse(decompose):
+@each_elementwise_operator
+def test_out_and_inplace_fuse(decompose, op):
     def out_and_inplace(x, w):
         y = torch.empty_like(x)
-        OPS.weighted_sum.out(x + 1, w, out=y)
+        getattr(OPS, op.name).out(x + 1, w, out=y)
         z = x * 2
-        OPS.weighted_sum_(z, w)
+        getattr(OPS, f"{op.name}_")(z, w)
         return y + z
 
     x, w = leaves((16, 9), (9,))
     result, _, code = kernels_and_code(torch.compile(out_and_inplace, fullgraph=True), x, w)
     torch.testing.assert_close(result, out_and_inplace(x, w), rtol=0, atol=0)
-    assert ("custom.weighted_sum" in code) != decompose
+    assert (f"custom.{op.name}" in code) != decompose
 
 
+@each_elementwise_operator
 @pytest.mark.parametrize("dtypes", DTYPE_PAIRS, ids=lambda p: f"{dtype_name(p[0])}-{dtype_name(p[1])}")
-def test_forward_bit_equal_to_the_kernel(decomposed, dtypes):
+def test_forward_bit_equal_to_the_kernel(decomposed, dtypes, op):
     # Every layout of reference.LAYOUTS (broadcast, transposed, sliced, offset, expanded, 0-dim,
     # empty) in one graph: one compile per dtype pair.
     arguments = [make_inputs(layout, *dtypes, "cpu") for layout in LAYOUT_NAMES]
 
     def every_layout(arguments):
-        return [OPS.weighted_sum(x, w) for x, w in arguments]
+        return [op(x, w) for x, w in arguments]
 
     for layout, actual, (x, w) in zip(LAYOUT_NAMES, torch.compile(every_layout, fullgraph=True)(arguments), arguments):
-        expected = OPS.weighted_sum(x, w)
+        expected = op(x, w)
         assert actual.dtype == expected.dtype and actual.shape == expected.shape, layout
         if any(t.dtype != expected.dtype for t in (x, w)) and expected.dtype in LOW_PRECISION:
             # An operand rounded down to a half-type common dtype (a 0-dim float32 weight, say):
@@ -233,13 +266,14 @@ def test_forward_bit_equal_to_the_kernel(decomposed, dtypes):
 GRADIENT_LAYOUTS = ["same_shape", "channel_weight", "both_broadcast", "transposed_input", "expanded_both"]
 
 
+@each_elementwise_operator
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64], ids=dtype_name)
-def test_gradients_match_the_kernel(decomposed, dtype):
+def test_gradients_match_the_kernel(decomposed, dtype, op):
     arguments = [[t.requires_grad_() for t in make_inputs(layout, dtype, dtype, "cpu")] for layout in GRADIENT_LAYOUTS]
     leaves_ = [t for pair in arguments for t in pair]
 
     def every_layout(arguments):
-        return [OPS.weighted_sum(x, w) for x, w in arguments]
+        return [op(x, w) for x, w in arguments]
 
     eager = every_layout(arguments)
     grads = [torch.randn_like(out) for out in eager]
@@ -254,7 +288,7 @@ def test_gradients_match_the_kernel(decomposed, dtype):
 
 
 # (grad, input, weight) dtypes where grad is narrower than the forward's promoted dtype: an in-place
-# half-precision self with a wider weight, or weighted_square_sum's dtype=.
+# half-precision self with a wider weight, or a reduction's dtype=.
 NARROW_GRAD_DTYPES = [
     (torch.float16, torch.float16, torch.float32),
     (torch.bfloat16, torch.float32, torch.float64),
@@ -262,33 +296,33 @@ NARROW_GRAD_DTYPES = [
 ]
 
 
+@each_backward
 @pytest.mark.parametrize("dtypes", NARROW_GRAD_DTYPES, ids=lambda p: "-".join(map(dtype_name, p)))
-def test_backward_decomposition_computes_in_the_promoted_dtype(dtypes):
+def test_backward_decomposition_computes_in_the_promoted_dtype(dtypes, op):
     # No compile: the decomposition against the op, each gradient in its argument's dtype and
     # computed in the promotion of all three (the op's rule, autograd/derivative_dtype.h).
     grad_dtype, x_dtype, w_dtype = dtypes
     for x_shape, w_shape in [((4, 5), (4, 5)), ((4, 5), (5,)), ((4, 1), (3, 1, 5))]:
         x, w = make(x_shape, x_dtype, "cpu"), make(w_shape, w_dtype, "cpu")
         grad = make(torch.broadcast_shapes(x_shape, w_shape), grad_dtype, "cpu")
-        actual = decompositions.weighted_sum_backward(grad, x, w, [True, True])
-        expected = OPS.weighted_sum_backward(grad, x, w, [True, True])
+        actual = decomposition(op.backward)(grad, x, w, [True, True])
+        expected = getattr(OPS, op.backward)(grad, x, w, [True, True])
         for name, a, e in zip(("grad_input", "grad_weight"), actual, expected):
             assert a.dtype == e.dtype and a.shape == e.shape, (name, x_shape, w_shape)
             rtol = 4 * TOLERANCES[e.dtype][0]  # sums over broadcast dims may add in another order
             torch.testing.assert_close(a, e, rtol=rtol, atol=rtol, msg=lambda m, n=name: f"{n} {x_shape}: {m}")
 
 
-def test_strided_output_operand_layouts_in_low_precision(decomposed):
+@each_elementwise_operator
+def test_strided_output_operand_layouts_in_low_precision(decomposed, op):
     # A transposed half-precision input against a float32 weight: the cast happens per element.
     x = make_tensor((6, 5), torch.bfloat16, "cpu", "transposed")
     w = make_tensor((6, 5), torch.float32, "cpu", "step")
-    compiled = torch.compile(lambda x, w: torch.relu(OPS.weighted_sum(x, w)), fullgraph=True)
-    assert torch.equal(compiled(x, w), torch.relu(OPS.weighted_sum(x, w)))
+    compiled = torch.compile(lambda x, w: torch.relu(op(x, w)), fullgraph=True)
+    assert torch.equal(compiled(x, w), torch.relu(op(x, w)))
 
 
-# --------------------------------------------------------------------------- weighted_square_sum: dims, keepdim, dtype=
-
-OP_NAME = "custom.weighted_square_sum"
+# --------------------------------------------------------------------------- reductions: dims, keepdim, dtype=
 
 CASES = [  # (input shape, weight shape, dim, keepdim, dtype)
     ((4, 5, 6), (6,), None, False, None),
@@ -314,42 +348,51 @@ DTYPE_CASES = [(d, d) for d in FLOAT_DTYPES] + [
 ]
 
 
+@each_reduction_operator
 @pytest.mark.parametrize("dtypes", DTYPE_CASES, ids=lambda p: f"{dtype_name(p[0])}-{dtype_name(p[1])}")
-def test_decomposition_eagerly_matches_the_op(dtypes):
+def test_decomposition_eagerly_matches_the_op(dtypes, op):
     # The decomposition function itself, no compile: every case of dims, keepdim and dtype=, each
     # operand dtype. Same dtype, shape and strides as our kernel, values within the exact sum's bound.
     for x_shape, w_shape, dim, keepdim, dtype in CASES:
         x, w = make(x_shape, dtypes[0], "cpu"), make(w_shape, dtypes[1], "cpu")
-        actual = decompositions.weighted_square_sum(x, w, dim, keepdim, dtype=dtype)
-        expected = OPS.weighted_square_sum(x, w, dim, keepdim, dtype=dtype)
+        actual = decomposition(op.name)(x, w, dim, keepdim, dtype=dtype)
+        expected = op(x, w, dim, keepdim, dtype=dtype)
         case = (x_shape, w_shape, dim, keepdim, dtype)
         assert actual.dtype == expected.dtype and actual.shape == expected.shape, case
         assert actual.stride() == expected.stride(), case
-        assert_matches_exact(actual, x, w, dim, keepdim, dtype)
+        assert_matches_exact(op, actual, x, w, dim, keepdim, dtype)
         # A float64 result is computed in float64 from the first product on, as the kernel does.
         tight = {"rtol": 1e-12, "atol": 1e-12} if expected.dtype == torch.float64 else {}
         torch.testing.assert_close(actual, expected, **tight, msg=lambda m, case=case: f"{case}: {m}")
 
 
-def test_half_terms_are_not_rounded_before_the_sum(decomposed):
-    # bfloat16 x = 1 + 2**-7: x*x = 1 + 2**-6 + 2**-14 is exact in float32 but not in bfloat16. The
-    # kernels add the float32 terms, so dtype=float32 gives 64 * x*x exactly; terms rounded to the
-    # operands' dtype first would give 64 * (1 + 2**-6).
+@each_reduction_operator
+def test_half_terms_are_not_rounded_before_the_sum(decomposed, op):
+    # bfloat16 x = 1 + 2**-7, w = 1: a term that float32 holds and bfloat16 does not (w * x*x:
+    # 1 + 2**-6 + 2**-14). The kernels add the float32 terms, so dtype=float32 gives 64 times the
+    # float32 term exactly (where its multiples up to 64 are floats); terms rounded to the operands'
+    # dtype first would not (64 * (1 + 2**-6)).
     x = torch.full((64,), 1 + 2.0**-7, dtype=torch.bfloat16)
     w = torch.ones(64, dtype=torch.bfloat16)
-    exact = 64 * (1 + 2.0**-6 + 2.0**-14)
-    compiled = torch.compile(lambda x, w: OPS.weighted_square_sum(x, w, dtype=torch.float32), fullgraph=True)
+    term = op.term.value(x[:1].float(), w[:1].float())
+    if torch.equal(term.bfloat16().float(), term) or any(
+        (term * k).double() != term.double() * k for k in range(1, 65)
+    ):
+        pytest.skip(f"{op.name}'s term at this point is a bfloat16, or its multiples are not floats")
+    exact = 64 * term.double().item()
+    compiled = torch.compile(lambda x, w: op(x, w, None, dtype=torch.float32), fullgraph=True)
     for actual in (
-        OPS.weighted_square_sum(x, w, dtype=torch.float32),
-        decompositions.weighted_square_sum(x, w, dtype=torch.float32),
+        op(x, w, None, dtype=torch.float32),
+        decomposition(op.name)(x, w, dtype=torch.float32),
         compiled(x, w),
     ):
         assert actual.dtype == torch.float32 and actual.item() == exact
 
 
-def test_dynamic_training_step_does_not_recompile(decomposed):
+@each_reduction_operator
+def test_dynamic_training_step_does_not_recompile(decomposed, op):
     def loss(x, w):
-        return OPS.weighted_square_sum(torch.tanh(x), w, [0]).sum()
+        return op(torch.tanh(x), w, [0]).sum()
 
     compiled = torch.compile(loss, fullgraph=True, dynamic=True)
     for n in (3, 8, 21):
@@ -361,8 +404,9 @@ def test_dynamic_training_step_does_not_recompile(decomposed):
     assert counters["stats"]["unique_graphs"] == 1
 
 
+@each_reduction_operator
 @pytest.mark.parametrize("dtypes", DTYPE_CASES, ids=lambda p: f"{dtype_name(p[0])}-{dtype_name(p[1])}")
-def test_compiled_values_match_the_op(decomposed, dtypes):
+def test_compiled_values_match_the_op(decomposed, dtypes, op):
     # Every case in one graph: one compile per dtype pair.
     arguments = [
         (make(x_shape, dtypes[0], "cpu"), make(w_shape, dtypes[1], "cpu"), dim, keepdim, dtype)
@@ -370,16 +414,13 @@ def test_compiled_values_match_the_op(decomposed, dtypes):
     ]
 
     def every_case(tensors):
-        return [
-            OPS.weighted_square_sum(x, w, dim, keepdim, dtype=dtype)
-            for (x, w), (_, _, dim, keepdim, dtype) in zip(tensors, arguments)
-        ]
+        return [op(x, w, dim, keepdim, dtype=dtype) for (x, w), (_, _, dim, keepdim, dtype) in zip(tensors, arguments)]
 
     tensors = [(x, w) for x, w, *_ in arguments]
     compiled, code = run_and_get_code(torch.compile(every_case, fullgraph=True), tensors)
-    assert OP_NAME not in "\n".join(code)
+    assert f"custom.{op.name}" not in "\n".join(code)
     for actual, (x, w, dim, keepdim, dtype) in zip(compiled, arguments):
-        expected = OPS.weighted_square_sum(x, w, dim, keepdim, dtype=dtype)
+        expected = op(x, w, dim, keepdim, dtype=dtype)
         case = (tuple(x.shape), tuple(w.shape), dim, keepdim, dtype)
         assert (actual.dtype, actual.shape) == (expected.dtype, expected.shape), case
         assert actual.is_contiguous(), case
@@ -389,28 +430,30 @@ def test_compiled_values_match_the_op(decomposed, dtypes):
             # Inductor skips that rounding (see _inductor._in_opmath), one rounding of it apart.
             torch.testing.assert_close(actual, expected, rtol=2 * TOLERANCES[common][0], atol=1e-3, msg=str(case))
         else:
-            assert_matches_exact(actual, x, w, dim, keepdim, dtype)
+            assert_matches_exact(op, actual, x, w, dim, keepdim, dtype)
 
 
-def test_strided_operands(decomposed):
+@each_reduction_operator
+def test_strided_operands(decomposed, op):
     # A permuted input and a transposed weight: the decomposition reads them through their strides.
     x = make((6, 5, 4), torch.float32, "cpu", "permuted")
     w = make((5, 4), torch.float32, "cpu", "transposed")
 
     def summed_and_exp(x, w):
-        summed = OPS.weighted_square_sum(x, w, [1])
+        summed = op(x, w, [1])
         return summed, summed.exp()
 
     summed, exp = torch.compile(summed_and_exp, fullgraph=True)(x, w)
-    assert_matches_exact(summed, x, w, [1])
+    assert_matches_exact(op, summed, x, w, [1])
     # Of the compiled sum: exp() would magnify the few ulps by which Inductor's order of additions
     # differs from the kernel's.
     torch.testing.assert_close(exp, summed.exp())
 
 
-def test_errors_surface_at_compile_time(decomposed):
+@each_reduction_operator
+def test_errors_surface_at_compile_time(decomposed, op):
     # The Meta kernel checks the arguments while Dynamo traces: a bad dim is an error, not a wrong sum.
     x, w = leaves((4, 5), (5,))
-    compiled = torch.compile(lambda x, w: OPS.weighted_square_sum(x, w, [2]), fullgraph=True)
+    compiled = torch.compile(lambda x, w: op(x, w, [2]), fullgraph=True)
     with pytest.raises(Exception, match="out of range"):
         compiled(x, w)

@@ -2,8 +2,9 @@
 operator, checked with onnx.checker and onnxruntime at several batch sizes of a dynamic batch
 dimension, for both exporters (onnx_harness).
 
-An elementwise operator is compared bit for bit. A reduction's ReduceSum adds in onnxruntime's
-order, not our kernel's: dtypes and shapes are compared exactly, values up to the two orders'
+Parametrized by the table (operators.py): each kind has its cases, with the operator's name filled
+in, and the graph must hold its term's arithmetic. An elementwise operator is compared bit for
+bit. A reduction's ReduceSum adds in onnxruntime's order, not our kernel's: dtypes and shapes are compared exactly, values up to the two orders'
 rounding (onnx_harness's "sum" check). Its weights are positive, so every term is and a relative
 bound holds: with mixed signs the sum can cancel to near zero.
 
@@ -16,7 +17,7 @@ import json
 import pytest
 
 from onnx_harness import EXPORTS, export_and_run
-from operators import each_operator
+from operators import ELEMENTWISE, each_operator
 from test_package import run_python
 
 pytest.importorskip("onnx")
@@ -25,11 +26,10 @@ pytest.importorskip("onnxruntime")
 
 pytestmark = pytest.mark.slow
 
-# op name -> (ONNX ops the graph must have, how many cases, Python source that defines CASES:
-# name -> (model, input dtype, input shape without the batch dim))
+# kind -> (how many cases, Python source that defines CASES: name -> (model, input dtype, input
+# shape without the batch dim), with {name} the operator's name)
 CASES = {
-    "weighted_sum": (
-        {"Mul"},
+    "elementwise": (
         4,
         """
 class Model(torch.nn.Module):
@@ -37,17 +37,16 @@ class Model(torch.nn.Module):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.randn(5, dtype=weight_dtype))
     def forward(self, x):
-        return torch.relu(torch.ops.custom.weighted_sum(x, self.weight)) * 3
+        return torch.relu(torch.ops.custom.{name}(x, self.weight)) * 3
 
-CASES = {
-    f"{x_dtype}-{w_dtype}": (Model(w_dtype), x_dtype, (5,))
+CASES = {{
+    f"{{x_dtype}}-{{w_dtype}}": (Model(w_dtype), x_dtype, (5,))
     for x_dtype, w_dtype in [(torch.float32, torch.float32), (torch.float64, torch.float64),
                              (torch.float16, torch.float32), (torch.float32, torch.float16)]
-}
+}}
 """,
     ),
-    "weighted_square_sum": (
-        {"ReduceSum"},
+    "reduction": (
         10,
         """
 class Model(torch.nn.Module):
@@ -56,9 +55,9 @@ class Model(torch.nn.Module):
         self.weight = torch.nn.Parameter(torch.rand(weight_shape, dtype=weight_dtype) + 0.5)
         self.dim, self.keepdim, self.dtype = dim, keepdim, dtype
     def forward(self, x):
-        return torch.ops.custom.weighted_square_sum(x, self.weight, self.dim, self.keepdim, dtype=self.dtype) * 3
+        return torch.ops.custom.{name}(x, self.weight, self.dim, self.keepdim, dtype=self.dtype) * 3
 
-ARGUMENTS = {  # name: (input dtype, weight shape, weight dtype, dim, keepdim, dtype)
+ARGUMENTS = {{  # name: (input dtype, weight shape, weight dtype, dim, keepdim, dtype)
     "all_dims": (torch.float32, (5,), torch.float32, None, False, None),
     "empty_dim_list_keepdim": (torch.float32, (5,), torch.float32, [], True, None),
     "batch_dim_keepdim": (torch.float32, (3, 1), torch.float32, [0], True, None),
@@ -69,36 +68,81 @@ ARGUMENTS = {  # name: (input dtype, weight shape, weight dtype, dim, keepdim, d
     "float32_to_float64": (torch.float32, (5,), torch.float32, [2], False, torch.float64),
     "mixed_half_float32": (torch.float16, (5,), torch.float32, [2], True, None),
     "zero_dim_weight": (torch.float16, (), torch.float32, [2], False, None),
-}
-CASES = {
+}}
+CASES = {{
     name: (Model(w_shape, w_dtype, dim, keepdim, dtype), x_dtype, (3, 5))
     for name, (x_dtype, w_shape, w_dtype, dim, keepdim, dtype) in ARGUMENTS.items()
-}
+}}
 """,
     ),
 }
 
 
+class _Nodes:
+    """Stands for a value in a term's formula; collects the ONNX ops its + - * / need."""
+
+    def __init__(self, ops=frozenset()):
+        self.ops = ops
+
+    def _node(self, kind, other):
+        return _Nodes(self.ops | getattr(other, "ops", frozenset()) | {kind})
+
+    def __add__(self, other):
+        return self._node("Add", other)
+
+    def __sub__(self, other):
+        return self._node("Sub", other)
+
+    def __mul__(self, other):
+        return self._node("Mul", other)
+
+    def __truediv__(self, other):
+        return self._node("Div", other)
+
+    __radd__, __rmul__ = __add__, __mul__
+
+    def __rsub__(self, other):
+        return self._node("Sub", other)
+
+    def __rtruediv__(self, other):
+        return self._node("Div", other)
+
+    def __neg__(self):
+        return _Nodes(self.ops | {"Neg"})
+
+
+def expected_ops(op):
+    """The ONNX ops the translation of `op` must have: its term's arithmetic, and a reduction's ReduceSum."""
+    ops = getattr(op.term.value(_Nodes(), _Nodes()), "ops", set())
+    return set(ops) | ({"ReduceSum"} if op.kind != ELEMENTWISE else set())
+
+
 @pytest.mark.parametrize("how", list(EXPORTS))
 @each_operator
 def test_export_runs_in_onnxruntime_like_the_op(site, op, how):
-    expected_ops, count, cases = CASES[op.name]
-    report = export_and_run(site, how, "equal" if op.bitwise else "sum", cases)
+    count, cases = CASES[op.kind]
+    report = export_and_run(site, how, "equal" if op.bitwise else "sum", cases.format(name=op.name))
     assert len(report) == count
     for case, entry in report.items():
         assert entry["checks"] == ["ok"] * 4, (case, entry)
-        assert expected_ops <= set(entry["ops"]), (case, entry)
-        assert not any("weighted" in name for name in entry["ops"]), (case, entry)  # standard ops only
+        assert expected_ops(op) <= set(entry["ops"]), (case, entry)
+        assert not any(op.name in name or "custom" in name for name in entry["ops"]), (case, entry)  # standard ops
 
 
 @each_operator
 def test_translation_table_has_the_op(site, op):
+    overloads = [op.name] + ([f"{op.name}.Scalar"] if op.kind == ELEMENTWISE else [])
     result = run_python(
         f"""
         import json, torch, custom_ops, custom_ops.onnx
         table = custom_ops.onnx.translation_table()
-        print(json.dumps(table.get(torch.ops.custom.{op.name}.default) is custom_ops.onnx.{op.name}))
+        found = []
+        for name in {overloads!r}:
+            packet, _, overload = name.partition(".")
+            key = getattr(getattr(torch.ops.custom, packet), overload or "default")
+            found.append(table.get(key) is custom_ops.onnx.TRANSLATIONS[name] is not None)
+        print(json.dumps(found))
         """,
         site,
     )
-    assert json.loads(result.stdout.strip().splitlines()[-1]) is True
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [True] * len(overloads)
