@@ -2,9 +2,9 @@
 
 Not a test module: test_oracle_aten.py draws the calls (pytest puts this directory on sys.path).
 
-Every operator plugs in with one `Operator` entry: its composite (the ATen expression it replaces),
-its overloads, and the ATen op whose out=/in-place rules (broadcasting, aliasing, resizing,
-casting) its mutating overloads follow. One call is judged by running ATen and ours on two
+Every operator of operators.py's table plugs in by its kind (the entries at "The operator table"):
+its composite (the ATen expression it replaces, from its term), its overloads, and the ATen op whose
+out=/in-place rules (broadcasting, aliasing, resizing, casting) its mutating overloads follow. One call is judged by running ATen and ours on two
 identical copies of the same arguments (same buffers, views and aliasing) and asserting ONE of:
 
   computed       both compute; ours has ATen's dtype, shape, device (and strides where the
@@ -33,6 +33,8 @@ import warnings
 from typing import Callable
 
 import torch
+
+import operators
 
 OPS = torch.ops.custom
 
@@ -88,22 +90,14 @@ class Operator:
     exact: Callable | None = None
 
 
-def weighted_sum_composite(input, weight):
-    # Not `w * x * x`: that is (w * x) * x, which rounds differently from our w * (x * x).
-    return weight * input.square()
-
-
-def weighted_square_sum_composite(input, weight, dim=None, keepdim=False, dtype=None):
-    return (weight * input.square()).sum(dim, keepdim, dtype=dtype)
-
-
-def weighted_square_sum_exact(input, weight, dim=None, keepdim=False, dtype=None):
-    """The sum in float64 from the operands as ATen promotes them (a 0-dim operand of a wider dtype
-    rounded to the other's): float16/bfloat16 sum in float32 and round once, float32 sums in
-    float32 (pairwise: an error that grows with log2 of the terms), float64 in float64."""
+def sum_exact(term, input, weight, dim=None, keepdim=False, dtype=None):
+    """A reduction's sum in float64 from the operands as ATen promotes them (a 0-dim operand of a
+    wider dtype rounded to the other's): float16/bfloat16 sum in float32 and round once, float32
+    sums in float32 (pairwise: an error that grows with log2 of the terms), float64 in float64."""
     promoted = torch.result_type(input, weight)
     result = dtype if dtype is not None else promoted
-    terms = weight.to(promoted).double() * input.to(promoted).double().square()
+    x, w = input.to(promoted).double(), weight.to(promoted).double()
+    terms = operators.term_value(term, x, w)
     value, magnitude = terms.sum(dim, keepdim), terms.abs().sum(dim, keepdim)
     n = terms.numel() // value.numel() if value.numel() else 0
     return value, magnitude, n, torch.float64 if promoted == result == torch.float64 else torch.float32
@@ -128,60 +122,73 @@ def reduction_args(shape, rank):
     return st.fixed_dictionaries({"dim": dim, "keepdim": st.booleans(), "dtype": dtype})
 
 
-OPERATORS = (
-    Operator(
-        name="weighted_sum",
-        composite=weighted_sum_composite,
+def _elementwise(row):
+    """An elementwise operator's two oracle entries: its tensor overloads, with torch.mul's out=
+    and in-place rules (a binary elementwise op's), and its .Scalar overload: a Python number as
+    weight, like `input * 2.5`. That kernel calls the tensor overload with the number as a 0-dim
+    tensor of the result dtype, so its errors name custom::NAME and its values are the
+    composite's with the number rounded to that dtype (the README's promise)."""
+    name = row.name
+
+    def op():  # looked up at the call: the table is built before any library is loaded
+        return getattr(OPS, name)
+
+    # inferred_strides False: to be turned on when ours follows the inputs' layout too.
+    tensor = Operator(
+        name=name,
+        composite=row.composite,
         overloads=(
-            # inferred_strides False: to be turned on when ours follows the inputs' layout too.
-            Overload("weighted_sum", FUNCTIONAL, lambda a: OPS.weighted_sum(a["input"], a["weight"]), False, 1000),
-            Overload(
-                "weighted_sum.out",
-                OUT,
-                lambda a: OPS.weighted_sum.out(a["input"], a["weight"], out=a["out"]),
-                False,
-                1500,
-            ),
-            Overload("weighted_sum_", INPLACE, lambda a: OPS.weighted_sum_(a["self"], a["weight"]), False, 1000),
+            Overload(name, FUNCTIONAL, lambda a: op()(a["input"], a["weight"]), False, 1000),
+            Overload(f"{name}.out", OUT, lambda a: op().out(a["input"], a["weight"], out=a["out"]), False, 1500),
+            Overload(f"{name}_", INPLACE, lambda a: getattr(OPS, f"{name}_")(a["self"], a["weight"]), False, 1000),
         ),
         out_rules=lambda a: torch.mul(a["input"], a["weight"], out=a["out"]),
         inplace_rules=lambda a: a["self"].mul_(a["weight"]),
-    ),
-    # A Python number as weight, like `input * 2.5`. Its kernel calls the tensor overload with the
-    # number as a 0-dim tensor of the result dtype, so its errors name custom::weighted_sum and its
-    # values are the composite's with the number rounded to that dtype (the README's promise).
-    Operator(
-        name="weighted_sum",
-        composite=weighted_sum_composite,
-        overloads=(
-            Overload(
-                "weighted_sum.Scalar", FUNCTIONAL, lambda a: OPS.weighted_sum.Scalar(a["input"], a["weight"]), True, 500
-            ),
-        ),
+        bitwise=row.bitwise,
+    )
+    scalar = Operator(
+        name=name,
+        composite=row.composite,
+        overloads=(Overload(f"{name}.Scalar", FUNCTIONAL, lambda a: op().Scalar(a["input"], a["weight"]), True, 500),),
         out_rules=None,
         inplace_rules=None,
+        bitwise=row.bitwise,
         weight_kind="scalar",
-    ),
-    # A reduction: sum(weight * input**2) over dim, like torch.sum (dim, keepdim, dtype=). Not bit
-    # for bit: judged against the exact sum (weighted_square_sum_exact).
-    Operator(
-        name="weighted_square_sum",
-        composite=weighted_square_sum_composite,
-        overloads=(
-            Overload(
-                "weighted_square_sum",
-                FUNCTIONAL,
-                lambda a: OPS.weighted_square_sum(a["input"], a["weight"], a["dim"], a["keepdim"], dtype=a["dtype"]),
-                False,
-                800,
+    )
+    return (tensor, scalar)
+
+
+def _reduction(row):
+    """A reduction: the sum of its term over dim, like torch.sum (dim, keepdim, dtype=). Not bit
+    for bit: judged against the exact sum (sum_exact)."""
+    name = row.name
+    return (
+        Operator(
+            name=row.name,
+            composite=row.composite,
+            overloads=(
+                Overload(
+                    row.name,
+                    FUNCTIONAL,
+                    lambda a: getattr(OPS, name)(a["input"], a["weight"], a["dim"], a["keepdim"], dtype=a["dtype"]),
+                    False,
+                    800,
+                ),
             ),
+            out_rules=None,
+            inplace_rules=None,
+            bitwise=False,
+            extra_args=reduction_args,
+            exact=lambda *args, **kwargs: sum_exact(row.term, *args, **kwargs),
         ),
-        out_rules=None,
-        inplace_rules=None,
-        bitwise=False,
-        extra_args=reduction_args,
-        exact=weighted_square_sum_exact,
-    ),
+    )
+
+
+# Every row of operators.py's table, by its kind.
+OPERATORS = tuple(
+    entry
+    for row in operators.OPERATORS
+    for entry in {operators.ELEMENTWISE: _elementwise, operators.REDUCTION: _reduction}[row.kind](row)
 )
 
 OVERLOADS = {overload.name: (op, overload) for op in OPERATORS for overload in op.overloads}

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import oracle
+from operators import each_elementwise_operator
 from oracle import FLOAT_DTYPES, FUNCTIONAL, INPLACE, OTHER_DTYPES, Buffer, Case, Same, View
 
 hypothesis = pytest.importorskip("hypothesis")
@@ -314,16 +315,17 @@ def _judge_views(overload, device, views, buffers, result_shape):
     return oracle.judge(case, device)
 
 
-def test_out_is_input_that_must_grow_is_refused_like_aten(device):
+@each_elementwise_operator
+def test_out_is_input_that_must_grow_is_refused_like_aten(device, op):
     x = torch.randn(1, 2, 2, dtype=torch.float64, device=device)
     w = torch.randn(2, 1, 2, 2, dtype=torch.float64, device=device)
     before = x.clone()
     with pytest.raises(
         RuntimeError,
-        match=r"^custom::weighted_sum.out: output with shape \[1, 2, 2\] doesn't "
+        match=rf"^custom::{op.name}.out: output with shape \[1, 2, 2\] doesn't "
         r"match the broadcast shape \[2, 1, 2, 2\]",
     ):
-        oracle.OPS.weighted_sum.out(x, w, out=x)
+        getattr(oracle.OPS, op.name).out(x, w, out=x)
     assert x.shape == (1, 2, 2) and torch.equal(x, before)
     with pytest.raises(RuntimeError, match=r"output with shape \[1, 2, 2\] doesn't match the broadcast shape"):
         torch.mul(x, w, out=x)  # ATen's own wording, which ours repeats
@@ -334,32 +336,35 @@ def test_out_is_input_that_must_grow_is_refused_like_aten(device):
         ("weight", View(1, (2, 1, 2, 2), (4, 4, 2, 1), 0)),
         ("out", Same("input")),
     ]
-    assert _judge_views("weighted_sum.out", device, views, buffers, (2, 1, 2, 2)) == oracle.BOTH_RAISED
+    assert _judge_views(f"{op.name}.out", device, views, buffers, (2, 1, 2, 2)) == oracle.BOTH_RAISED
 
 
-def test_out_is_weight_that_must_grow_is_refused_like_aten(device):
+@each_elementwise_operator
+def test_out_is_weight_that_must_grow_is_refused_like_aten(device, op):
     x = torch.randn(2, dtype=torch.float64, device=device)
     w = torch.randn((), dtype=torch.float64, device=device)
     before = w.clone()
     with pytest.raises(
         RuntimeError,
-        match=r"custom::weighted_sum.out: output with shape \[\] doesn't match the "
+        match=rf"custom::{op.name}.out: output with shape \[\] doesn't match the "
         r"broadcast shape \[2\]",
     ):
-        oracle.OPS.weighted_sum.out(x, w, out=w)
+        getattr(oracle.OPS, op.name).out(x, w, out=w)
     assert w.shape == () and torch.equal(w, before)
     buffers = [Buffer(torch.float64, 2), Buffer(torch.float64, 1)]
     views = [("input", View(0, (2,), (1,), 0)), ("weight", View(1, (), (), 0)), ("out", Same("weight"))]
-    assert _judge_views("weighted_sum.out", device, views, buffers, (2,)) == oracle.BOTH_RAISED
+    assert _judge_views(f"{op.name}.out", device, views, buffers, (2,)) == oracle.BOTH_RAISED
 
 
-def test_out_is_input_of_the_broadcast_shape_still_computes(device):
+@each_elementwise_operator
+def test_out_is_input_of_the_broadcast_shape_still_computes(device, op):
     buffers = [Buffer(torch.float32, 6), Buffer(torch.float32, 3)]
     views = [("input", View(0, (2, 3), (3, 1), 0)), ("weight", View(1, (3,), (1,), 0)), ("out", Same("input"))]
-    assert _judge_views("weighted_sum.out", device, views, buffers, (2, 3)) == oracle.COMPUTED
+    assert _judge_views(f"{op.name}.out", device, views, buffers, (2, 3)) == oracle.COMPUTED
 
 
-def test_out_viewing_an_input_that_must_grow_is_a_documented_refusal(device):
+@each_elementwise_operator
+def test_out_viewing_an_input_that_must_grow_is_a_documented_refusal(device, op):
     # ATen resizes this out and reads the input from memory it has overwritten; ours refuses.
     buffers = [Buffer(torch.float64, 4), Buffer(torch.float64, 8)]
     views = [
@@ -367,23 +372,26 @@ def test_out_viewing_an_input_that_must_grow_is_a_documented_refusal(device):
         ("weight", View(1, (2, 1, 2, 2), (4, 4, 2, 1), 0)),
         ("out", View(0, (1, 2, 2), (4, 2, 1), 0)),
     ]
-    outcome = _judge_views("weighted_sum.out", device, views, buffers, (2, 1, 2, 2))
+    outcome = _judge_views(f"{op.name}.out", device, views, buffers, (2, 1, 2, 2))
     assert outcome in ("refused (out_resized_over_input)", oracle.UNDEFINED)
 
 
-def _scalar_case(dtype, weight):
+def _scalar_case(op, dtype, weight):
     args = (("input", View(0, (2,), (1,), 0)), ("weight", weight))
-    return Case("weighted_sum.Scalar", (Buffer(dtype, 2),), args, 0, (2,))
+    return Case(f"{op.name}.Scalar", (Buffer(dtype, 2),), args, 0, (2,))
 
 
-# A number past the result dtype's range: inf as in ATen (once a checked conversion raised,
-# naming no op); for an integer input, the documented dtype refusal (once the same overflow error).
-def test_scalar_weight_beyond_float32_range_gives_inf(device):
-    assert oracle.judge(_scalar_case(torch.float32, 1e39), device) == oracle.COMPUTED
+# A number past the result dtype's range: computed as ATen computes it (inf for weighted_sum; once
+# a checked conversion raised, naming no op); for an integer input, the documented dtype refusal
+# (once the same overflow error).
+@each_elementwise_operator
+def test_scalar_weight_beyond_float32_range_computes(device, op):
+    assert oracle.judge(_scalar_case(op, torch.float32, 1e39), device) == oracle.COMPUTED
 
 
-def test_scalar_weight_beyond_an_integer_inputs_range_is_the_dtype_refusal(device):
-    assert oracle.judge(_scalar_case(torch.int8, 2**40), device) == "refused (dtype)"
+@each_elementwise_operator
+def test_scalar_weight_beyond_an_integer_inputs_range_is_the_dtype_refusal(device, op):
+    assert oracle.judge(_scalar_case(op, torch.int8, 2**40), device) == "refused (dtype)"
 
 
 # ---------------------------------------------------------------------------------------------
