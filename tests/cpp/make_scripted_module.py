@@ -1,52 +1,107 @@
-"""Writes the TorchScript module that torchscript_load_test.cpp loads from C++.
+"""Writes the TorchScript modules that torchscript_load_test.cpp loads from C++: one per operator
+of the table (python/custom_ops/_operators.py), OUTPUT_DIR/NAME.pt.
 
-Usage: make_scripted_module.py LIBRARY OUTPUT
-  LIBRARY  the built libcustom_ops.so, loaded so that torch.ops.custom.weighted_sum exists
-  OUTPUT   where to torch.jit.save the scripted module
+Usage: make_scripted_module.py LIBRARY OUTPUT_DIR
+  LIBRARY     the built libcustom_ops.so, loaded so that torch.ops.custom.NAME exists
+  OUTPUT_DIR  where to torch.jit.save the scripted modules
 
-The module holds a weight parameter of shape (4,); its forward returns
-torch.ops.custom.weighted_sum(x, self.weight), and its method square_sum(x, dim, keepdim, dtype)
-returns torch.ops.custom.weighted_square_sum(x, self.weight, dim, keepdim, dtype=dtype), every
-argument passed from C++. The C++ test reads the weight back from the file.
+Each module holds a weight parameter of shape (4,). An elementwise operator's forward(x) returns
+torch.ops.custom.NAME(x, self.weight); a reduction's forward(x, dim, keepdim, dtype) returns
+torch.ops.custom.NAME(x, self.weight, dim, keepdim, dtype=dtype), every argument passed from C++.
+The C++ test reads the weight back from the file.
 """
 
+import importlib
+import importlib.util
+import pathlib
 import sys
-from typing import Optional
+import tempfile
+import types
 
 import torch
 
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
-class WeightedSquare(torch.nn.Module):
+# Each kind's module, NAME standing for the operator's name. TorchScript compiles a class from
+# its source file, so each is written to a file and imported.
+SOURCES = {
+    "elementwise": '''
+import torch
+
+
+class Scripted(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.weight = torch.nn.Parameter(torch.linspace(-1.5, 2.0, 4, dtype=torch.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.custom.weighted_sum(x, self.weight)
+        return torch.ops.custom.NAME(x, self.weight)
 
-    @torch.jit.export
-    def square_sum(
+
+def check(module):
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(module(x), torch.ops.custom.NAME(x, module.weight), rtol=0, atol=0)
+''',
+    "reduction": '''
+from typing import Optional
+
+import torch
+
+
+class Scripted(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(-1.5, 2.0, 4, dtype=torch.float32))
+
+    def forward(
         self, x: torch.Tensor, dim: Optional[list[int]], keepdim: bool, dtype: Optional[torch.dtype]
     ) -> torch.Tensor:
-        return torch.ops.custom.weighted_square_sum(x, self.weight, dim, keepdim, dtype=dtype)
+        return torch.ops.custom.NAME(x, self.weight, dim, keepdim, dtype=dtype)
+
+
+def check(module):
+    x = torch.randn(3, 4)
+    expected = torch.ops.custom.NAME(x, module.weight, [1], False, dtype=torch.float64)
+    torch.testing.assert_close(module(x, [1], False, torch.float64), expected, rtol=0, atol=0)
+''',
+}
+
+
+def operator_table():
+    """python/custom_ops/_operators.py, imported without the package's __init__ (which needs a
+    built package)."""
+    package = types.ModuleType("custom_ops_sources")
+    package.__path__ = [str(REPO / "python" / "custom_ops")]
+    sys.modules.setdefault("custom_ops_sources", package)
+    return importlib.import_module("custom_ops_sources._operators")
+
+
+def script(name, kind, scratch):
+    path = pathlib.Path(scratch) / f"scripted_{name}.py"
+    path.write_text(SOURCES[kind].replace("NAME", name))
+    spec = importlib.util.spec_from_file_location(f"scripted_{name}", path)
+    source = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = source
+    spec.loader.exec_module(source)
+    module = torch.jit.script(source.Scripted())
+    # Check here too, so a wrong module fails the fixture rather than the C++ test.
+    with torch.no_grad():
+        source.check(module)
+    return module
 
 
 def main() -> int:
     if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
         return 2
-    library, output = sys.argv[1], sys.argv[2]
+    library, output = sys.argv[1], pathlib.Path(sys.argv[2])
     torch.ops.load_library(library)
-    module = torch.jit.script(WeightedSquare())
-    # Check here too, so a wrong module fails the fixture rather than the C++ test.
-    x = torch.randn(3, 4)
-    with torch.no_grad():
-        torch.testing.assert_close(module(x), module.weight * x.square())
-        torch.testing.assert_close(
-            module.square_sum(x, [1], False, torch.float64), (module.weight.double() * x.double().square()).sum(1)
-        )
-    torch.jit.save(module, output)
-    print(f"wrote {output}")
+    output.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        for row in operator_table().OPERATORS:
+            path = output / f"{row.name}.pt"
+            torch.jit.save(script(row.name, row.kind, scratch), str(path))
+            print(f"wrote {path}")
     return 0
 
 

@@ -1,8 +1,10 @@
-// A TorchScript module saved from Python, calling torch.ops.custom.weighted_sum (forward) and
-// torch.ops.custom.weighted_square_sum (method square_sum), loads and runs in a C++ program that
-// only links libcustom_ops (static operator registration, no Python).
-// The module file is written at test time by make_scripted_module.py (a ctest fixture) and
-// passed in CUSTOM_OPS_SCRIPTED_MODULE; a missing variable or file is a failure, not a skip.
+// A TorchScript module saved from Python for each operator of the table, calling
+// torch.ops.custom.NAME, loads and runs in a C++ program that only links libcustom_ops (static
+// operator registration, no Python), and gives what the C++ API gives for the same call.
+// The modules are written at test time by make_scripted_module.py (a ctest fixture), one file
+// NAME.pt per operator in the directory CUSTOM_OPS_SCRIPTED_MODULES; a missing variable or file is
+// a failure, not a skip. The tests are typed over the rows (ops/operator_rows.h), named for the
+// operator: ScriptedElementwise/weighted_sum.*, ScriptedReduction/weighted_square_sum.*.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
@@ -10,76 +12,170 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <custom_ops/custom_ops.h>
+
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "ops/operator_rows.h"
 #include "reference.h"
-#include "weighted_square_sum_reference.h"
 
 namespace {
 
-using custom_ops_test::AllClose;
-using custom_ops_test::IsWeightedSquareSumOf;
-using custom_ops_test::IsWeightedSumOf;
 using custom_ops_test::random;
-using custom_ops_test::Reduction;
 using Shape = std::vector<int64_t>;
 
-constexpr const char* kModuleVariable = "CUSTOM_OPS_SCRIPTED_MODULE";
+constexpr const char* kModulesVariable = "CUSTOM_OPS_SCRIPTED_MODULES";
 
+// Each row's C++ API: what the scripted call must equal, bit for bit (the same kernel).
+template <class Row>
+struct Api;
+#define CUSTOM_OPS_TEST_ELEMENTWISE_API(name_, Term_)                                                  \
+  template <>                                                                                          \
+  struct Api<custom::rows::name_> {                                                                    \
+    static at::Tensor forward(const at::Tensor& x, const at::Tensor& w) { return custom::name_(x, w); } \
+  };
+CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_TEST_ELEMENTWISE_API)
+#undef CUSTOM_OPS_TEST_ELEMENTWISE_API
+#define CUSTOM_OPS_TEST_REDUCTION_API(name_, Term_)                                                        \
+  template <>                                                                                              \
+  struct Api<custom::rows::name_> {                                                                        \
+    static at::Tensor forward(                                                                             \
+        const at::Tensor& x, const at::Tensor& w, at::OptionalIntArrayRef dim, bool keepdim,               \
+        std::optional<at::ScalarType> dtype) {                                                             \
+      return custom::name_(x, w, dim, keepdim, dtype);                                                     \
+    }                                                                                                      \
+  };
+CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_TEST_REDUCTION_API)
+#undef CUSTOM_OPS_TEST_REDUCTION_API
+
+template <class First, class... Rows>
+struct RowTypes {
+  using type = ::testing::Types<Rows...>;
+};
+#define CUSTOM_OPS_TEST_ROW_TYPE(name_, Term_) , custom::rows::name_
+using ElementwiseRows = RowTypes<void CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_TEST_ROW_TYPE)>::type;
+using ReductionRows = RowTypes<void CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_TEST_ROW_TYPE)>::type;
+#undef CUSTOM_OPS_TEST_ROW_TYPE
+
+struct RowName {
+  template <class Row>
+  static std::string GetName(int) {
+    return Row::schema_name;
+  }
+};
+
+template <class Row>
 class ScriptedModule : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* path = std::getenv(kModuleVariable);
-    ASSERT_NE(path, nullptr) << kModuleVariable << " is not set: run this test through ctest, whose "
-                             << "make_scripted_module fixture writes the module and sets it";
-    ASSERT_TRUE(std::filesystem::is_regular_file(path)) << kModuleVariable << "=" << path << " is not a file";
-    module_ = torch::jit::load(path);
+    const char* directory = std::getenv(kModulesVariable);
+    ASSERT_NE(directory, nullptr) << kModulesVariable << " is not set: run this test through ctest, whose "
+                                  << "make_scripted_module fixture writes the modules and sets it";
+    const auto path = std::filesystem::path(directory) / (std::string(Row::schema_name) + ".pt");
+    ASSERT_TRUE(std::filesystem::is_regular_file(path)) << path << " is not a file";
+    module_ = torch::jit::load(path.string());
     weight_ = module_.attr("weight").toTensor();
     torch::manual_seed(0);
+  }
+
+  void ExpectGraphCallsTheOperator() {
+    const auto graph = module_.get_method("forward").graph()->toString();
+    EXPECT_NE(graph.find(std::string(Row::name) + "("), std::string::npos) << graph;
+    ASSERT_EQ(weight_.sizes(), (Shape{4}));
+  }
+
+  static bool HasCudaKernels() {
+    const auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName(Row::name, ""));
+    return op.has_value() && op->hasKernelForDispatchKey(c10::DispatchKey::CUDA);
   }
 
   torch::jit::Module module_;
   at::Tensor weight_;
 };
 
-TEST_F(ScriptedModule, ForwardCallsCustomWeightedSumAndMatchesReference) {
-  const auto graph = module_.get_method("forward").graph()->toString();
-  EXPECT_NE(graph.find("custom::weighted_sum"), std::string::npos) << graph;
-  ASSERT_EQ(weight_.sizes(), (std::vector<int64_t>{4}));
+template <class Row>
+using ScriptedElementwise = ScriptedModule<Row>;
+template <class Row>
+using ScriptedReduction = ScriptedModule<Row>;
+TYPED_TEST_SUITE(ScriptedElementwise, ElementwiseRows, RowName);
+TYPED_TEST_SUITE(ScriptedReduction, ReductionRows, RowName);
+
+// ------------------------------------------------------------------------------------ elementwise
+
+TYPED_TEST(ScriptedElementwise, ForwardCallsTheOperatorAndMatchesTheApi) {
+  using Row = TypeParam;
+  this->ExpectGraphCallsTheOperator();
   torch::NoGradGuard no_grad;
-  for (const auto& x : {random({3, 4}, at::kFloat), random({2, 5, 4}, at::kFloat), random({4}, at::kFloat)}) {
-    SCOPED_TRACE("input shape " + c10::str(x.sizes()));
-    const auto y = module_.forward({x}).toTensor();
-    EXPECT_TRUE(IsWeightedSumOf(y, x, weight_));
+  // A float64 input: promotion through the script gives a float64 result.
+  for (const auto& x :
+       {random({3, 4}, at::kFloat), random({2, 5, 4}, at::kFloat), random({4}, at::kFloat), random({3, 4}, at::kDouble)}) {
+    SCOPED_TRACE("input " + c10::str(x.sizes()) + " " + c10::toString(x.scalar_type()));
+    const auto y = this->module_.forward({x}).toTensor();
+    const auto expected = Api<Row>::forward(x, this->weight_);
+    EXPECT_EQ(y.scalar_type(), expected.scalar_type());
+    EXPECT_TRUE(torch::equal(y, expected));
   }
-  // Promotion through the script: a float64 input gives a float64 result.
-  const auto xd = random({3, 4}, at::kDouble);
-  const auto yd = module_.forward({xd}).toTensor();
-  EXPECT_EQ(yd.scalar_type(), at::kDouble);
-  EXPECT_TRUE(IsWeightedSumOf(yd, xd, weight_));
 }
 
-TEST_F(ScriptedModule, BackwardReachesTheWeightParameter) {
+TYPED_TEST(ScriptedElementwise, BackwardReachesTheWeightParameter) {
+  using Row = TypeParam;
   const auto x = random({3, 4}, at::kFloat);
-  module_.forward({x}).toTensor().sum().backward();
-  ASSERT_TRUE(weight_.grad().defined());
-  EXPECT_TRUE(AllClose(weight_.grad(), x.to(at::kDouble).square().sum(0), at::kFloat));
+  this->module_.forward({x}).toTensor().sum().backward();
+  ASSERT_TRUE(this->weight_.grad().defined());
+  const auto w = this->weight_.detach().clone().requires_grad_();
+  Api<Row>::forward(x, w).sum().backward();
+  EXPECT_TRUE(torch::allclose(this->weight_.grad(), w.grad()));
 }
 
-// module.square_sum(x, dim, keepdim, dtype): each argument as an IValue (None for std::nullopt).
-at::Tensor square_sum(torch::jit::Module& module, const at::Tensor& x, const Reduction& r) {
+TYPED_TEST(ScriptedElementwise, RunsOnCudaWhenAvailable) {
+  using Row = TypeParam;
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device is visible (torch::cuda::is_available() is false)";
+  }
+  if (!this->HasCudaKernels()) {
+    GTEST_SKIP() << "libcustom_ops was built without CUDA kernels";
+  }
+  this->module_.to(at::kCUDA);
+  const auto weight = this->module_.attr("weight").toTensor();
+  ASSERT_TRUE(weight.is_cuda());
+  torch::NoGradGuard no_grad;
+  const auto x = random({3, 4}, at::kFloat, at::kCUDA);
+  const auto y = this->module_.forward({x}).toTensor();
+  EXPECT_TRUE(y.is_cuda());
+  EXPECT_TRUE(torch::equal(y, Api<Row>::forward(x, weight)));
+}
+
+// -------------------------------------------------------------------------------------- reduction
+
+struct Reduction {
+  std::optional<Shape> dim;
+  bool keepdim = false;
+  std::optional<at::ScalarType> dtype = std::nullopt;
+};
+
+// module.forward(x, dim, keepdim, dtype), each argument as an IValue (None for std::nullopt), and
+// the C++ API's result for the same call.
+at::Tensor scripted(torch::jit::Module& module, const at::Tensor& x, const Reduction& r) {
   return module
-      .get_method("square_sum")(
+      .forward(
           {x, r.dim.has_value() ? c10::IValue(*r.dim) : c10::IValue(), r.keepdim,
            r.dtype.has_value() ? c10::IValue(*r.dtype) : c10::IValue()})
       .toTensor();
 }
 
-TEST_F(ScriptedModule, SquareSumCallsCustomWeightedSquareSumAndMatchesComposite) {
-  const auto graph = module_.get_method("square_sum").graph()->toString();
-  EXPECT_NE(graph.find("custom::weighted_square_sum"), std::string::npos) << graph;
+template <class Row>
+at::Tensor direct(const at::Tensor& x, const at::Tensor& w, const Reduction& r) {
+  const at::OptionalIntArrayRef dim = r.dim ? at::OptionalIntArrayRef(*r.dim) : std::nullopt;
+  return Api<Row>::forward(x, w, dim, r.keepdim, r.dtype);
+}
+
+TYPED_TEST(ScriptedReduction, ForwardPassesEveryArgumentAndMatchesTheApi) {
+  using Row = TypeParam;
+  this->ExpectGraphCallsTheOperator();
   torch::NoGradGuard no_grad;
   const std::vector<Reduction> reductions = {
       {std::nullopt},
@@ -90,39 +186,42 @@ TEST_F(ScriptedModule, SquareSumCallsCustomWeightedSquareSumAndMatchesComposite)
       {Shape{-1}, true, at::kHalf}};
   for (const auto& x : {random({3, 4}, at::kFloat), random({2, 5, 4}, at::kFloat), random({3, 4}, at::kDouble)}) {
     for (const auto& r : reductions) {
-      SCOPED_TRACE("input shape " + c10::str(x.sizes()) + " " + c10::toString(x.scalar_type()) + ", " + r.str());
-      EXPECT_TRUE(IsWeightedSquareSumOf(square_sum(module_, x, r), x, weight_, r));
+      SCOPED_TRACE("input " + c10::str(x.sizes()) + " " + c10::toString(x.scalar_type()));
+      const auto y = scripted(this->module_, x, r);
+      const auto expected = direct<Row>(x, this->weight_, r);
+      EXPECT_EQ(y.scalar_type(), expected.scalar_type());
+      EXPECT_EQ(y.sizes(), expected.sizes());
+      EXPECT_TRUE(torch::equal(y, expected));
     }
   }
 }
 
-TEST_F(ScriptedModule, SquareSumBackwardReachesTheWeightParameter) {
+TYPED_TEST(ScriptedReduction, BackwardReachesTheWeightParameter) {
+  using Row = TypeParam;
   const auto x = random({3, 4}, at::kFloat);
-  square_sum(module_, x, {std::nullopt}).backward();
-  ASSERT_TRUE(weight_.grad().defined());
-  EXPECT_TRUE(AllClose(weight_.grad(), x.to(at::kDouble).square().sum(0), at::kFloat));
+  scripted(this->module_, x, {std::nullopt}).backward();
+  ASSERT_TRUE(this->weight_.grad().defined());
+  const auto w = this->weight_.detach().clone().requires_grad_();
+  direct<Row>(x, w, {std::nullopt}).backward();
+  EXPECT_TRUE(torch::allclose(this->weight_.grad(), w.grad()));
 }
 
-TEST_F(ScriptedModule, RunsOnCudaWhenAvailable) {
+TYPED_TEST(ScriptedReduction, RunsOnCudaWhenAvailable) {
+  using Row = TypeParam;
   if (!torch::cuda::is_available()) {
     GTEST_SKIP() << "no CUDA device is visible (torch::cuda::is_available() is false)";
   }
-  const auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName("custom::weighted_sum", ""));
-  if (!op.has_value() || !op->hasKernelForDispatchKey(c10::DispatchKey::CUDA)) {
+  if (!this->HasCudaKernels()) {
     GTEST_SKIP() << "libcustom_ops was built without CUDA kernels";
   }
-  module_.to(at::kCUDA);
-  const auto weight = module_.attr("weight").toTensor();
-  ASSERT_TRUE(weight.is_cuda());
+  this->module_.to(at::kCUDA);
+  const auto weight = this->module_.attr("weight").toTensor();
   torch::NoGradGuard no_grad;
   const auto x = random({3, 4}, at::kFloat, at::kCUDA);
-  const auto y = module_.forward({x}).toTensor();
-  EXPECT_TRUE(y.is_cuda());
-  EXPECT_TRUE(IsWeightedSumOf(y, x, weight));
   const Reduction r{Shape{1}, true};
-  const auto sums = square_sum(module_, x, r);
+  const auto sums = scripted(this->module_, x, r);
   EXPECT_TRUE(sums.is_cuda());
-  EXPECT_TRUE(IsWeightedSquareSumOf(sums, x, weight, r));
+  EXPECT_TRUE(torch::equal(sums, direct<Row>(x, weight, r)));
 }
 
 }  // namespace

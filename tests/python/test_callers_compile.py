@@ -1,7 +1,10 @@
 """torch.compile callers of the `custom` operators: functions, nn.Modules, out= and in-place,
 a training step, no graph breaks, dynamic shapes without recompiling, CUDA graphs.
 
-Every compiled result is compared with the same code run eagerly.
+Every compiled result is compared with the same code run eagerly. The callers of one operator are
+parametrized over operators.py's table (ids: the operator's name); out= and in place over its
+elementwise rows; the nn.Module, training and CUDA-graph callers are weighted_sum's (the README's
+example model).
 """
 
 import pytest
@@ -10,6 +13,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 
 from environment import CUDA_BUILT, HAS_GPU
+from operators import each_elementwise_operator, each_operator
 
 OPS = torch.ops.custom
 needs_cuda = pytest.mark.skipif(not (HAS_GPU and CUDA_BUILT), reason="needs a GPU and the CUDA kernels")
@@ -35,26 +39,36 @@ def function(x, w):
     return OPS.weighted_sum(x * 0.5, w).sum(-1) + x.mean(-1)
 
 
-def out_into_argument(x, w, out):
-    OPS.weighted_sum.out(x, w, out=out)
+def function_of(op):
+    """function for any operator of the table (a reduction sums over the channels)."""
+    return lambda x, w: op(x * 0.5, w).sum(-1) + x.mean(-1)
+
+
+# An elementwise operator's out= and in-place callers: (op, x, w[, out]).
+def out_into_argument(op, x, w, out):
+    getattr(OPS, op.name).out(x, w, out=out)
     return out * 2
 
 
-def out_into_temporary(x, w):
+def out_into_temporary(op, x, w):
     out = torch.empty_like(x)
-    OPS.weighted_sum.out(x, w, out=out)
+    getattr(OPS, op.name).out(x, w, out=out)
     return out + 1
 
 
-def inplace_on_argument(x, w):
-    OPS.weighted_sum_(x, w)
+def inplace_on_argument(op, x, w):
+    getattr(OPS, f"{op.name}_")(x, w)
     return x.sum()
 
 
-def inplace_on_temporary(x, w):
+def inplace_on_temporary(op, x, w):
     y = x * 2
-    OPS.weighted_sum_(y, w)
+    getattr(OPS, f"{op.name}_")(y, w)
     return y - x
+
+
+def bound(fn, op):
+    return lambda *args: fn(op, *args)
 
 
 class WeightedSumNet(torch.nn.Module):
@@ -77,9 +91,11 @@ def inputs(device, rows=6, cols=8):
 # ---------------------------------------------------------------------------- fullgraph
 
 
-def test_function_fullgraph(device):
+@each_operator
+def test_function_fullgraph(device, op):
     x, w = inputs(device)
-    assert_same(torch.compile(function, fullgraph=True)(x, w), function(x, w))
+    fn = function_of(op)
+    assert_same(torch.compile(fn, fullgraph=True)(x, w), fn(x, w))
 
 
 def test_module_fullgraph(device):
@@ -89,50 +105,67 @@ def test_module_fullgraph(device):
     assert_same(compiled(x), net(x))
 
 
-def test_out_variant_fullgraph(device):
+@each_elementwise_operator
+def test_out_variant_fullgraph(device, op):
     x, w = inputs(device)
     out = torch.empty_like(x)
-    result = torch.compile(out_into_argument, fullgraph=True)(x, w, out)
-    assert_same(out, w * x * x)  # the caller's tensor was written
-    assert_same(result, 2 * w * x * x)
-    assert_same(torch.compile(out_into_temporary, fullgraph=True)(x, w), out_into_temporary(x, w))
+    result = torch.compile(bound(out_into_argument, op), fullgraph=True)(x, w, out)
+    assert_same(out, op.composite(x, w))  # the caller's tensor was written
+    assert_same(result, 2 * op.composite(x, w))
+    fn = bound(out_into_temporary, op)
+    assert_same(torch.compile(fn, fullgraph=True)(x, w), fn(x, w))
 
 
-def test_inplace_variant_fullgraph(device):
+@each_elementwise_operator
+def test_inplace_variant_fullgraph(device, op):
     x, w = inputs(device)
-    expected_x = w * x * x
+    expected_x = op.composite(x, w)
     mutated = x.clone()
-    result = torch.compile(inplace_on_argument, fullgraph=True)(mutated, w)
+    result = torch.compile(bound(inplace_on_argument, op), fullgraph=True)(mutated, w)
     assert_same(mutated, expected_x)  # the caller's tensor was updated in place
     assert_same(result, expected_x.sum())
-    assert_same(torch.compile(inplace_on_temporary, fullgraph=True)(x, w), inplace_on_temporary(x, w))
+    fn = bound(inplace_on_temporary, op)
+    assert_same(torch.compile(fn, fullgraph=True)(x, w), fn(x, w))
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["function", "module", "out_into_argument", "out_into_temporary", "inplace_on_argument", "inplace_on_temporary"],
-)
-def test_no_graph_breaks(name, device):
-    x, w = inputs(device)
-    if name == "module":
-        fn, args = WeightedSumNet().to(device), (x,)
-    elif name == "out_into_argument":
-        fn, args = out_into_argument, (x, w, torch.empty_like(x))
-    else:
-        fn, args = globals()[name], (x, w)
+def assert_one_graph_calling(fn, args, name):
     explanation = torch._dynamo.explain(fn)(*args)
     assert explanation.graph_break_count == 0, explanation.break_reasons
     assert explanation.graph_count == 1
     targets = {str(node.target) for graph in explanation.graphs for node in graph.graph.nodes}
-    assert any(target.startswith("custom.weighted_sum") for target in targets), targets
+    assert any(target.startswith(f"custom.{name}") for target in targets), targets
+
+
+@each_operator
+def test_no_graph_breaks(device, op):
+    x, w = inputs(device)
+    assert_one_graph_calling(function_of(op), (x, w), op.name)
+
+
+@each_elementwise_operator
+@pytest.mark.parametrize(
+    "name", ["out_into_argument", "out_into_temporary", "inplace_on_argument", "inplace_on_temporary"]
+)
+def test_no_graph_breaks_out_and_inplace(name, device, op):
+    x, w = inputs(device)
+    args = (x, w, torch.empty_like(x)) if name == "out_into_argument" else (x, w)
+    assert_one_graph_calling(bound(globals()[name], op), args, op.name)
+
+
+def test_no_graph_breaks_in_module(device):
+    x, _ = inputs(device)
+    assert_one_graph_calling(WeightedSumNet().to(device), (x,), "weighted_sum")
 
 
 # ------------------------------------------------------------------------------ dynamic
 
 
+@each_operator
 @pytest.mark.parametrize("name", ["function", "out_into_temporary", "inplace_on_temporary"])
-def test_dynamic_shapes_compile_once(name, device):
-    fn = globals()[name]
+def test_dynamic_shapes_compile_once(name, device, op):
+    if name != "function" and op.kind != "elementwise":
+        pytest.skip("out= and in place: elementwise operators")
+    fn = function_of(op) if name == "function" else bound(globals()[name], op)
     counter = CompileCounterWithBackend("inductor")
     compiled = torch.compile(fn, backend=counter, fullgraph=True, dynamic=True)
     for rows, cols in [(3, 4), (5, 7), (8, 16), (13, 2), (2, 33)]:

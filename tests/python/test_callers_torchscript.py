@@ -12,7 +12,8 @@ from typing import Optional
 import pytest
 import torch
 
-from environment import LIBRARY
+from environment import LIBRARY, REPO
+from operators import each_operator
 from torch_warnings import torchscript_deprecation
 
 
@@ -221,3 +222,38 @@ def test_load_without_library_fails_clearly(tmp_path):
     # The first operator of the module that cannot be found: either one.
     names = ("custom::weighted_sum", "custom.weighted_sum", "custom::weighted_square_sum", "custom.weighted_square_sum")
     assert any(name in result.stderr for name in names), result.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------------------------------
+# Every operator of the table: the module make_scripted_module.py writes for the C++ test
+# (torchscript_load_test.cpp), scripted, saved and loaded here; the same call as the eager op.
+# ---------------------------------------------------------------------------------------------
+
+
+def scripted_row_module(op, scratch):
+    sys.path.insert(0, str(REPO / "tests" / "cpp"))
+    try:
+        import make_scripted_module
+    finally:
+        sys.path.pop(0)
+    with torchscript_deprecation():
+        return make_scripted_module.script(op.name, op.kind, scratch)
+
+
+def row_call_args(op):
+    # An elementwise module's forward takes x; a reduction's x, dim, keepdim and dtype.
+    return () if op.kind == "elementwise" else ([-1], True, torch.float64)
+
+
+@each_operator
+def test_row_module_scripts_saves_and_loads(op, tmp_path):
+    module = scripted_row_module(op, tmp_path)
+    assert f"custom::{op.name}(" in str(module.graph)
+    save(module, tmp_path / f"{op.name}.pt")
+    with torchscript_deprecation():
+        loaded = torch.jit.load(str(tmp_path / f"{op.name}.pt"))
+    x = torch.randn(5, 4)
+    args = row_call_args(op)
+    with torch.no_grad():
+        expected = op(x, module.weight, *args[:2], **({"dtype": args[2]} if args else {}))
+        assert torch.equal(loaded(x, *args), expected)
