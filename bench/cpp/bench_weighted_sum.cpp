@@ -7,7 +7,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/cuda.h>
 
-#include <custom_ops/weighted_sum.h>
+#include <custom_ops/custom_ops.h>
 
 #include <cstdio>
 #include <cstdlib>

@@ -5,7 +5,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
-#include <custom_ops/weighted_square_sum.h>
+#include <custom_ops/custom_ops.h>
 
 #include <optional>
 #include <vector>

@@ -5,7 +5,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
-#include <custom_ops/weighted_sum.h>
+#include <custom_ops/custom_ops.h>
 
 #include "cuda_test.h"
 #include "expect_error.h"

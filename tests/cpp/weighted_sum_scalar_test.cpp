@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <custom_ops/weighted_sum.h>
+#include <custom_ops/custom_ops.h>
 
 #include "reference.h"
 

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <custom_ops/weighted_sum.h>
+#include <custom_ops/custom_ops.h>
 
 #include <limits>
 #include <utility>

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/weighted_square_sum_plan.h"
+#include "kernels/cuda/reduction_plan.h"
 
 namespace {
 

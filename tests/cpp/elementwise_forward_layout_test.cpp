@@ -6,7 +6,7 @@
 
 #include <ATen/TensorIterator.h>
 
-#include "kernels/cuda/weighted_sum_forward_layout.h"
+#include "kernels/cuda/elementwise_forward_layout.h"
 
 namespace {
 

@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <custom_ops/weighted_sum.h>
+#include <custom_ops/custom_ops.h>
 
-#include "ops/weighted_sum_backward_plan.h"
+#include "ops/backward_per_channel_plan.h"
 #include "reference.h"
 
 namespace {
