@@ -1,0 +1,127 @@
+// Every derivative formula of the library, from the term's partials evaluated on tensors: the
+// backward operator's own backward (second order), and the forward-mode tangents of an operator
+// and of its backward. They use dispatcher ops on primal values, so they are differentiable
+// again: every order, grad of jvp, jvp of grad, hessians. Computed in the promoted dtype of their
+// operands and rounded to each argument's dtype once, at the end (derivative_dtype.h).
+#pragma once
+
+#include <array>
+#include <tuple>
+
+#include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/ScalarOps.h>
+#include <torch/csrc/autograd/function.h>
+
+#include <custom_ops/term.h>
+
+#include "derivative_dtype.h"
+
+namespace custom {
+
+// A term's constant on tensors: a wrapped number, which promotes like a Python number (2 * x
+// keeps x's dtype and device).
+template <>
+struct Number<at::Tensor> {
+  static at::Tensor make(double value) { return at::native::wrapped_scalar_tensor(value); }
+};
+
+}  // namespace custom
+
+namespace custom::autograd {
+
+// An undefined factor (a zero gradient or tangent) makes the product undefined.
+inline at::Tensor times_defined(const at::Tensor& factor, const at::Tensor& partial) {
+  return factor.defined() ? factor * partial : at::Tensor();
+}
+
+// A term whose partial is a constant gives a product of one operand's shape only.
+inline at::Tensor expanded_to(const at::Tensor& tensor, c10::SymIntArrayRef shape) {
+  return !tensor.defined() || tensor.sym_sizes().equals(shape) ? tensor : tensor.expand_symint(shape);
+}
+
+// d value = dx x_t + dw w_t over the broadcast shape, in `dtype` (the forward result's promoted
+// dtype); the caller rounds it to the result's dtype. At least one tangent is defined.
+template <class Term>
+at::Tensor term_tangent(
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const at::Tensor& input_t,
+    const at::Tensor& weight_t,
+    at::ScalarType dtype) {
+  const auto x = in_dtype(input, dtype);
+  const auto w = in_dtype(weight, dtype);
+  at::Tensor tangent;
+  if (input_t.defined()) {
+    tangent = Term::dx(x, w) * in_dtype(input_t, dtype);
+  }
+  if (weight_t.defined()) {
+    tangent = add_defined(tangent, Term::dw(x, w) * in_dtype(weight_t, dtype));
+  }
+  return expanded_to(tangent, at::infer_size_symdimvector(input.sym_sizes(), weight.sym_sizes()));
+}
+
+// The backward operator (grad_input, grad_weight) = (sum_to(g dx), sum_to(g dw)) differentiated
+// with respect to (grad, input, weight), given the gradients of its two outputs (undefined: zero),
+// for the inputs `needed` asks for.
+template <class Term>
+torch::autograd::variable_list term_backward_gradients(
+    const torch::autograd::variable_list& grads,
+    std::array<bool, 3> needed,
+    const at::Tensor& grad,
+    const at::Tensor& input,
+    const at::Tensor& weight) {
+  const auto dtype = detail::result_dtype({grad, input, weight});
+  const auto g = in_dtype(grad, dtype);
+  const auto x = in_dtype(input, dtype);
+  const auto w = in_dtype(weight, dtype);
+  const auto gg_input = in_dtype(grads[0], dtype);
+  const auto gg_weight = in_dtype(grads[1], dtype);
+  at::Tensor d_grad;
+  at::Tensor d_input;
+  at::Tensor d_weight;
+  if (needed[0]) {
+    d_grad = add_defined(times_defined(gg_input, Term::dx(x, w)), times_defined(gg_weight, Term::dw(x, w)));
+  }
+  if (needed[1] || needed[2]) {
+    const auto by_x = add_defined(times_defined(gg_input, Term::dxx(x, w)), times_defined(gg_weight, Term::dxw(x, w)));
+    const auto by_w = add_defined(times_defined(gg_input, Term::dxw(x, w)), times_defined(gg_weight, Term::dww(x, w)));
+    if (needed[1]) d_input = times_defined(by_x, g);
+    if (needed[2]) d_weight = times_defined(by_w, g);
+  }
+  return {reduced_to(expanded_to(d_grad, grad.sym_sizes()), grad), reduced_to(d_input, input), reduced_to(d_weight, weight)};
+}
+
+// Tangents of the backward operator's outputs, for the outputs the mask asks for (undefined where
+// it does not or the tangent is zero):
+//   d(g dx) = g_t dx + g (dxx x_t + dxw w_t),   d(g dw) = g_t dw + g (dxw x_t + dww w_t).
+template <class Term>
+std::tuple<at::Tensor, at::Tensor> term_backward_tangents(
+    const at::Tensor& grad,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const at::Tensor& grad_t,
+    const at::Tensor& input_t,
+    const at::Tensor& weight_t,
+    std::array<bool, 2> output_mask) {
+  const auto dtype = detail::result_dtype({grad, input, weight});
+  const auto g = in_dtype(grad, dtype);
+  const auto x = in_dtype(input, dtype);
+  const auto w = in_dtype(weight, dtype);
+  const auto g_t = in_dtype(grad_t, dtype);
+  const auto x_t = in_dtype(input_t, dtype);
+  const auto w_t = in_dtype(weight_t, dtype);
+  at::Tensor grad_input_t;
+  at::Tensor grad_weight_t;
+  if (output_mask[0]) {
+    const auto by_inputs = add_defined(times_defined(x_t, Term::dxx(x, w)), times_defined(w_t, Term::dxw(x, w)));
+    grad_input_t = add_defined(times_defined(g_t, Term::dx(x, w)), times_defined(by_inputs, g));
+  }
+  if (output_mask[1]) {
+    const auto by_inputs = add_defined(times_defined(x_t, Term::dxw(x, w)), times_defined(w_t, Term::dww(x, w)));
+    grad_weight_t = add_defined(times_defined(g_t, Term::dw(x, w)), times_defined(by_inputs, g));
+  }
+  return {reduced_to(grad_input_t, input), reduced_to(grad_weight_t, weight)};
+}
+
+}  // namespace custom::autograd
