@@ -16,10 +16,10 @@
 #include <ATen/cpu/vec/vec.h>
 #include <ATen/native/cpu/Loops.h>
 
+#include "kernels/cpu/backward_per_channel.h"
 #include "kernels/cpu/cpu_loops.h"
 #include "kernels/cpu/streaming_store.h"
 #include "kernels/cpu/streaming_threshold.h"
-#include "kernels/cpu/backward_per_channel.h"
 #include "ops/elementwise_frontend.h"
 #include "ops/floating_types.h"
 
@@ -262,7 +262,9 @@ void backward_input_loop(at::TensorIteratorBase& iter) {
   CUSTOM_OPS_DISPATCH_ITER_FLOATING(iter, "elementwise_backward_input_cpu", [&] {
     at::native::cpu_kernel_vec(
         iter,
-        [](scalar_t grad, scalar_t x, scalar_t w) { return scalar_opmath<scalar_t>(InputGradient<Term>{}, grad, x, w); },
+        [](scalar_t grad, scalar_t x, scalar_t w) {
+          return scalar_opmath<scalar_t>(InputGradient<Term>{}, grad, x, w);
+        },
         [](Vec<scalar_t> grad, Vec<scalar_t> x, Vec<scalar_t> w) {
           return vector_opmath<scalar_t>(InputGradient<Term>{}, grad, x, w);
         });

@@ -1,10 +1,10 @@
-// CUDA loop of the per-channel backward (ops/weighted_sum_backward_plan.h): grad and input a
-// contiguous [outer, channels, inner] block, the weight [channels]. One pass writes
-// grad_input = 2 w x g with 16-byte loads and stores (element by element where rows or pointers
-// do not allow them) and sums grad_weight's terms x^2 g per block into a float32 (float64 for
-// double) workspace; a second, tiny kernel adds each channel's partials in float64 in a fixed
-// order. Every block's share of the work depends on the shape only, and every sum has a fixed
-// order, so the result is the same bits on every run.
+// CUDA loop of the per-channel backward (ops/backward_per_channel_plan.h), for every term: grad
+// and input a contiguous [outer, channels, inner] block, the weight [channels]. One pass writes
+// grad_input = dx(x, w) g with 16-byte loads and stores (element by element where rows or
+// pointers do not allow them) and sums grad_weight's terms dw(x, w) g per block into a float32
+// (float64 for double) workspace; a second, tiny kernel adds each channel's partials in float64
+// in a fixed order. Every block's share of the work depends on the shape only, and every sum has
+// a fixed order, so the result is the same bits on every run.
 //
 // Two first-pass kernels:
 //  - down_rows: the block as a matrix [outer, channels * inner] whose column j has weight
@@ -13,19 +13,19 @@
 //    For a weight along the rows (inner == 1) and for NCHW with short planes.
 //  - along_runs: each of the outer * channels runs of `inner` elements (one weight each) in
 //    chunks; a block reduces a chunk to one partial. For a column weight and large planes.
-#include "kernels/cuda/weighted_sum_backward_per_channel.h"
+#include "kernels/cuda/backward_per_channel.h"
 
 #include <algorithm>
 #include <cstdint>
 
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/native/cuda/MemoryAccess.cuh>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 
+#include "kernels/cuda/vectorized_access.cuh"
 #include "ops/floating_types.h"
-#include "ops/weighted_sum_math.h"
+#include "ops/operator_rows.h"
 
 namespace custom::cuda {
 namespace {
@@ -33,7 +33,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;  // vectors of each input in flight per thread before the first use
 constexpr int64_t kVectorsPerThread = 32;  // per block and thread: sets the work of a block
-constexpr int64_t kVectorBytes = 16;
 constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;
 constexpr int64_t kMaxGridY = 65535;
 
@@ -42,8 +41,39 @@ struct Pointers {
   scalar_t* grad_input;  // null when not requested
   const scalar_t* grad;
   const scalar_t* input;
-  const scalar_t* weight;  // null when grad_input is not requested: only it reads the weight
+  const scalar_t* weight;  // null when nothing requested reads it (reads_weight)
 };
+
+// Whether the requested gradients read the weight: grad_input always, grad_weight when dw does.
+template <class Term, bool kInput>
+constexpr bool reads_weight = kInput || Term::dw_reads_weight;
+
+// The body of both first-pass kernels, for one vector of kVec elements (x, g) with weights w[l]:
+// stores grad_input's vector at `grad_input` (when kInput) and hands each lane's grad_weight term
+// to add_term(l, term) (when kWeight).
+template <class Term, bool kInput, bool kWeight, int kVec, typename scalar_t, typename acc_t, typename AddTerm>
+__device__ __forceinline__ void gradients(
+    const Vector<scalar_t, kVec>& x,
+    const Vector<scalar_t, kVec>& g,
+    const acc_t (&w)[kVec],
+    scalar_t* grad_input,
+    const AddTerm& add_term) {
+  Vector<scalar_t, kVec> out;
+#pragma unroll
+  for (int l = 0; l < kVec; ++l) {
+    const acc_t xf = x.val[l];
+    const acc_t gf = g.val[l];
+    if constexpr (kInput) {
+      out.val[l] = static_cast<scalar_t>(Term::dx(xf, w[l]) * gf);
+    }
+    if constexpr (kWeight) {
+      add_term(l, Term::dw(xf, w[l]) * gf);
+    }
+  }
+  if constexpr (kInput) {
+    store_vector<kVec>(grad_input, out);
+  }
+}
 
 struct DownRowsShape {
   int64_t rows;
@@ -56,11 +86,11 @@ struct DownRowsShape {
 
 // blockDim = (tile columns in vectors, rows at a time); grid-stride over row blocks (x) and
 // column tiles (y). partials[row_block, column] (when kWeight).
-template <typename scalar_t, int kVec, bool kInput, bool kWeight>
+template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight>
 __global__ void __launch_bounds__(kThreads) down_rows_kernel(
     Pointers<scalar_t> p, at::opmath_type<scalar_t>* partials, DownRowsShape s) {
   using acc_t = at::opmath_type<scalar_t>;
-  using vec_t = at::native::memory::aligned_vector<scalar_t, kVec>;
+  using vec_t = Vector<scalar_t, kVec>;
   __shared__ acc_t shared[kWeight ? kThreads * kVec : 1];
   const int64_t vectors_per_row = s.width / kVec;
   const int64_t row_step = blockDim.y;
@@ -71,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) down_rows_kernel(
     acc_t w[kVec];
 #pragma unroll
     for (int l = 0; l < kVec; ++l) {
-      w[l] = kInput && active ? static_cast<acc_t>(p.weight[(column + l) / s.inner]) : acc_t(0);
+      w[l] = reads_weight<Term, kInput> && active ? static_cast<acc_t>(p.weight[(column + l) / s.inner]) : acc_t(0);
     }
     for (int64_t block = blockIdx.x; block < s.row_blocks; block += gridDim.x) {
       const int64_t row_end = std::min(s.rows, (block + 1) * s.rows_per_block);
@@ -87,29 +117,16 @@ __global__ void __launch_bounds__(kThreads) down_rows_kernel(
         for (int k = 0; k < kUnroll; ++k) {
           const int64_t r = row + k * row_step;
           if (r < row_end) {
-            x[k] = *reinterpret_cast<const vec_t*>(p.input + r * s.width + column);
-            g[k] = *reinterpret_cast<const vec_t*>(p.grad + r * s.width + column);
+            x[k] = load_vector<kVec>(p.input + r * s.width + column);
+            g[k] = load_vector<kVec>(p.grad + r * s.width + column);
           }
         }
 #pragma unroll
         for (int k = 0; k < kUnroll; ++k) {
           const int64_t r = row + k * row_step;
           if (r < row_end) {
-            vec_t out;
-#pragma unroll
-            for (int l = 0; l < kVec; ++l) {
-              const acc_t xf = x[k].val[l];
-              const acc_t gf = g[k].val[l];
-              if constexpr (kInput) {
-                out.val[l] = static_cast<scalar_t>(math::WeightedSquareInputGradient{}(gf, xf, w[l]));
-              }
-              if constexpr (kWeight) {
-                sum[l] += math::WeightedSquareWeightGradient{}(gf, xf);
-              }
-            }
-            if constexpr (kInput) {
-              *reinterpret_cast<vec_t*>(p.grad_input + r * s.width + column) = out;
-            }
+            gradients<Term, kInput, kWeight>(
+                x[k], g[k], w, p.grad_input + r * s.width + column, [&](int l, acc_t term) { sum[l] += term; });
           }
         }
       }
@@ -151,11 +168,11 @@ struct AlongRunsShape {
 };
 
 // One block per (run, chunk), grid-stride; partials[run * chunks + chunk] (when kWeight).
-template <typename scalar_t, int kVec, bool kInput, bool kWeight>
+template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight>
 __global__ void __launch_bounds__(kThreads) along_runs_kernel(
     Pointers<scalar_t> p, at::opmath_type<scalar_t>* partials, AlongRunsShape s) {
   using acc_t = at::opmath_type<scalar_t>;
-  using vec_t = at::native::memory::aligned_vector<scalar_t, kVec>;
+  using vec_t = Vector<scalar_t, kVec>;
   __shared__ acc_t shared[kThreads];
   constexpr int64_t kStride = int64_t{kThreads} * kVec;
   for (int64_t unit = blockIdx.x; unit < s.runs * s.chunks; unit += gridDim.x) {
@@ -163,7 +180,11 @@ __global__ void __launch_bounds__(kThreads) along_runs_kernel(
     const int64_t base = run * s.inner;
     const int64_t begin = (unit % s.chunks) * s.chunk;
     const int64_t end = std::min(s.inner, begin + s.chunk);  // inner is a multiple of kVec
-    const acc_t w = kInput ? static_cast<acc_t>(p.weight[run % s.channels]) : acc_t(0);
+    acc_t w[kVec];
+#pragma unroll
+    for (int l = 0; l < kVec; ++l) {
+      w[l] = reads_weight<Term, kInput> ? static_cast<acc_t>(p.weight[run % s.channels]) : acc_t(0);
+    }
     acc_t sum = 0;
     for (int64_t i = begin + threadIdx.x * kVec; i < end; i += kUnroll * kStride) {
       vec_t x[kUnroll];
@@ -172,29 +193,16 @@ __global__ void __launch_bounds__(kThreads) along_runs_kernel(
       for (int k = 0; k < kUnroll; ++k) {
         const int64_t at = i + k * kStride;
         if (at < end) {
-          x[k] = *reinterpret_cast<const vec_t*>(p.input + base + at);
-          g[k] = *reinterpret_cast<const vec_t*>(p.grad + base + at);
+          x[k] = load_vector<kVec>(p.input + base + at);
+          g[k] = load_vector<kVec>(p.grad + base + at);
         }
       }
 #pragma unroll
       for (int k = 0; k < kUnroll; ++k) {
         const int64_t at = i + k * kStride;
         if (at < end) {
-          vec_t out;
-#pragma unroll
-          for (int l = 0; l < kVec; ++l) {
-            const acc_t xf = x[k].val[l];
-            const acc_t gf = g[k].val[l];
-            if constexpr (kInput) {
-              out.val[l] = static_cast<scalar_t>(math::WeightedSquareInputGradient{}(gf, xf, w));
-            }
-            if constexpr (kWeight) {
-              sum += math::WeightedSquareWeightGradient{}(gf, xf);
-            }
-          }
-          if constexpr (kInput) {
-            *reinterpret_cast<vec_t*>(p.grad_input + base + at) = out;
-          }
+          gradients<Term, kInput, kWeight>(
+              x[k], g[k], w, p.grad_input + base + at, [&](int, acc_t term) { sum += term; });
         }
       }
     }
@@ -268,11 +276,7 @@ void launch_sum_channels(const acc_t* partials, int64_t groups, int64_t channels
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-bool aligned(const void* pointer) {
-  return pointer == nullptr || reinterpret_cast<std::uintptr_t>(pointer) % kVectorBytes == 0;
-}
-
-template <typename scalar_t, int kVec, bool kInput, bool kWeight>
+template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight>
 void launch_down_rows(const detail::PerChannelBackward& args, const Pointers<scalar_t>& p) {
   using acc_t = at::opmath_type<scalar_t>;
   const auto [outer, channels, inner] = args.shape;
@@ -294,7 +298,7 @@ void launch_down_rows(const detail::PerChannelBackward& args, const Pointers<sca
   const dim3 grid(
       static_cast<unsigned>(std::min(s.row_blocks, kMaxGridX)),
       static_cast<unsigned>(std::min(s.column_tiles, kMaxGridY)));
-  down_rows_kernel<scalar_t, kVec, kInput, kWeight>
+  down_rows_kernel<Term, scalar_t, kVec, kInput, kWeight>
       <<<grid, dim3(tile, lanes), 0, at::cuda::getCurrentCUDAStream()>>>(p, workspace, s);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (kWeight) {
@@ -302,7 +306,7 @@ void launch_down_rows(const detail::PerChannelBackward& args, const Pointers<sca
   }
 }
 
-template <typename scalar_t, int kVec, bool kInput, bool kWeight>
+template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight>
 void launch_along_runs(const detail::PerChannelBackward& args, const Pointers<scalar_t>& p) {
   using acc_t = at::opmath_type<scalar_t>;
   const auto [outer, channels, inner] = args.shape;
@@ -315,7 +319,7 @@ void launch_along_runs(const detail::PerChannelBackward& args, const Pointers<sc
   }
   acc_t* workspace = kWeight ? partials.mutable_data_ptr<acc_t>() : nullptr;
   const auto blocks = static_cast<unsigned>(std::min(units, kMaxGridX));
-  along_runs_kernel<scalar_t, kVec, kInput, kWeight>
+  along_runs_kernel<Term, scalar_t, kVec, kInput, kWeight>
       <<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(p, workspace, s);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (kWeight) {
@@ -323,40 +327,46 @@ void launch_along_runs(const detail::PerChannelBackward& args, const Pointers<sc
   }
 }
 
-template <typename scalar_t, bool kInput, bool kWeight>
+template <class Term, typename scalar_t, bool kInput, bool kWeight>
 void launch(const detail::PerChannelBackward& args) {
-  constexpr int kVec = kVectorBytes / sizeof(scalar_t);
+  constexpr int kVec = kVectorSize<scalar_t>;
   const auto [outer, channels, inner] = args.shape;
   const Pointers<scalar_t> p{
       kInput ? args.grad_input.mutable_data_ptr<scalar_t>() : nullptr,
       args.grad.const_data_ptr<scalar_t>(),
       args.input.const_data_ptr<scalar_t>(),
-      kInput ? args.weight.const_data_ptr<scalar_t>() : nullptr,
+      reads_weight<Term, kInput> ? args.weight.const_data_ptr<scalar_t>() : nullptr,
   };
-  const bool pointers_aligned = aligned(p.grad_input) && aligned(p.grad) && aligned(p.input);
+  const bool pointers_aligned = vector_aligned(p.grad_input) && vector_aligned(p.grad) && vector_aligned(p.input);
   // Runs long enough to fill a block's chunk, or too few rows to share a column's work.
   const bool along_runs = inner > 1 && (inner >= 2048 || outer < 8);
   if (along_runs) {
     if (pointers_aligned && inner % kVec == 0) {
-      launch_along_runs<scalar_t, kVec, kInput, kWeight>(args, p);
+      launch_along_runs<Term, scalar_t, kVec, kInput, kWeight>(args, p);
     } else {
-      launch_along_runs<scalar_t, 1, kInput, kWeight>(args, p);
+      launch_along_runs<Term, scalar_t, 1, kInput, kWeight>(args, p);
     }
   } else if (pointers_aligned && (channels * inner) % kVec == 0) {
-    launch_down_rows<scalar_t, kVec, kInput, kWeight>(args, p);
+    launch_down_rows<Term, scalar_t, kVec, kInput, kWeight>(args, p);
   } else {
-    launch_down_rows<scalar_t, 1, kInput, kWeight>(args, p);
+    launch_down_rows<Term, scalar_t, 1, kInput, kWeight>(args, p);
   }
 }
 
 }  // namespace
 
+template <class Term>
 void backward_per_channel(const detail::PerChannelBackward& args) {
-  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(args.input.scalar_type(), "weighted_sum_backward_per_channel_cuda", [&] {
+  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(args.input.scalar_type(), "elementwise_backward_per_channel_cuda", [&] {
     detail::with_requested_gradients(args, [&](auto input, auto weight) {
-      launch<scalar_t, decltype(input)::value, decltype(weight)::value>(args);
+      launch<Term, scalar_t, decltype(input)::value, decltype(weight)::value>(args);
     });
   });
 }
+
+#define CUSTOM_OPS_INSTANTIATE(Term_, backward_) \
+  template void backward_per_channel<terms::Term_>(const detail::PerChannelBackward& args);
+CUSTOM_OPS_TERMS(CUSTOM_OPS_INSTANTIATE)
+#undef CUSTOM_OPS_INSTANTIATE
 
 }  // namespace custom::cuda

@@ -1,25 +1,22 @@
-// out[r, c] = w * x**2 where out and one input are contiguous [R, C] and the other input is a
+// out[r, c] = value(x, w) where out and one input are contiguous [R, C] and the other input is a
 // row [C] repeated down the rows or a column [R, 1] repeated along them. gpu_kernel sees a
 // stride-0 operand and takes its strided, one-element-per-load loop; here every load and store
 // is 16 bytes, and the repeated operand's index comes from a multiply-shift divider.
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/detail/IntegerDivider.cuh>
-#include <ATen/native/cuda/MemoryAccess.cuh>
 #include <c10/cuda/CUDAException.h>
 
-#include "kernels/cuda/weighted_sum_forward_layout.h"
+#include "kernels/cuda/elementwise_forward_layout.h"
+#include "kernels/cuda/vectorized_access.cuh"
 #include "ops/floating_types.h"
-#include "ops/weighted_sum_math.h"
+#include "ops/operator_rows.h"
 
 namespace custom::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kVectorsPerThread = 4;  // all loads of a thread in flight before the first store
-
-template <typename scalar_t>
-constexpr int kVectorSize = kVectorBytes / sizeof(scalar_t);
 
 template <typename scalar_t>
 struct BroadcastArgs {
@@ -32,10 +29,10 @@ struct BroadcastArgs {
 
 // kRepeatsRow: the repeated operand is a row (index: vector mod vectors_per_row), else a column
 // (one element per vector: vector div vectors_per_row; a vector never straddles rows).
-template <typename scalar_t, bool kRepeatsRow, bool kInputIsRepeated>
+template <class Term, typename scalar_t, bool kRepeatsRow, bool kInputIsRepeated>
 __global__ void __launch_bounds__(kThreads) forward_broadcast_kernel(BroadcastArgs<scalar_t> args) {
   constexpr int kVec = kVectorSize<scalar_t>;
-  using vec_t = at::native::memory::aligned_vector<scalar_t, kVec>;
+  using vec_t = Vector<scalar_t>;
   using opmath_t = at::opmath_type<scalar_t>;
   const auto* full = reinterpret_cast<const vec_t*>(args.full);
   const auto* repeated_rows = reinterpret_cast<const vec_t*>(args.repeated);
@@ -69,26 +66,27 @@ __global__ void __launch_bounds__(kThreads) forward_broadcast_kernel(BroadcastAr
       for (int i = 0; i < kVec; ++i) {
         const opmath_t x = kInputIsRepeated ? repeated_values[k].val[i] : full_values[k].val[i];
         const opmath_t w = kInputIsRepeated ? full_values[k].val[i] : repeated_values[k].val[i];
-        result.val[i] = math::WeightedSquare{}(x, w);
+        result.val[i] = Term::value(x, w);
       }
       out[v] = result;
     }
   }
 }
 
-template <typename scalar_t, bool kRepeatsRow, bool kInputIsRepeated>
+template <class Term, typename scalar_t, bool kRepeatsRow, bool kInputIsRepeated>
 void launch(const BroadcastArgs<scalar_t>& args) {
   const uint32_t per_block = kThreads * kVectorsPerThread;
   const uint32_t blocks = (args.vectors + per_block - 1) / per_block;
-  forward_broadcast_kernel<scalar_t, kRepeatsRow, kInputIsRepeated>
+  forward_broadcast_kernel<Term, scalar_t, kRepeatsRow, kInputIsRepeated>
       <<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(args);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace
 
+template <class Term>
 void launch_forward_broadcast(at::TensorIteratorBase& iter, const BroadcastPlan& plan) {
-  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(iter.common_dtype(), "weighted_sum_broadcast_cuda", [&] {
+  CUSTOM_OPS_DISPATCH_ITER_FLOATING(iter, "elementwise_broadcast_cuda", [&] {
     constexpr int64_t kVec = kVectorSize<scalar_t>;
     const auto input = static_cast<const scalar_t*>(iter.data_ptr(kInput));
     const auto weight = static_cast<const scalar_t*>(iter.data_ptr(kWeight));
@@ -100,11 +98,16 @@ void launch_forward_broadcast(at::TensorIteratorBase& iter, const BroadcastPlan&
         at::cuda::detail::IntDivider<uint32_t>(static_cast<uint32_t>(plan.cols / kVec)),
     };
     if (plan.repeats_row) {
-      plan.input_is_repeated ? launch<scalar_t, true, true>(args) : launch<scalar_t, true, false>(args);
+      plan.input_is_repeated ? launch<Term, scalar_t, true, true>(args) : launch<Term, scalar_t, true, false>(args);
     } else {
-      plan.input_is_repeated ? launch<scalar_t, false, true>(args) : launch<scalar_t, false, false>(args);
+      plan.input_is_repeated ? launch<Term, scalar_t, false, true>(args) : launch<Term, scalar_t, false, false>(args);
     }
   });
 }
+
+#define CUSTOM_OPS_INSTANTIATE(Term_, backward_) \
+  template void launch_forward_broadcast<terms::Term_>(at::TensorIteratorBase& iter, const BroadcastPlan& plan);
+CUSTOM_OPS_TERMS(CUSTOM_OPS_INSTANTIATE)
+#undef CUSTOM_OPS_INSTANTIATE
 
 }  // namespace custom::cuda

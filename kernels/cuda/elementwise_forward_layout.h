@@ -14,10 +14,9 @@
 
 #include <ATen/TensorIterator.h>
 
-namespace custom::cuda {
+#include "kernels/cuda/vectorized_access.cuh"
 
-// Bytes of one vectorized load or store of the broadcast kernel.
-inline constexpr int64_t kVectorBytes = 16;
+namespace custom::cuda {
 
 enum class ForwardLayout { Generic, Broadcast, Transposed };
 
@@ -57,10 +56,6 @@ inline std::array<int64_t, 2> element_strides(const at::TensorIteratorBase& iter
   return {bytes[0] / size, bytes[1] / size};
 }
 
-inline bool vector_aligned(const at::TensorIteratorBase& iter, int operand) {
-  return reinterpret_cast<std::uintptr_t>(iter.data_ptr(operand)) % kVectorBytes == 0;
-}
-
 }  // namespace layout_detail
 
 inline ForwardPlan plan_forward(const at::TensorIteratorBase& iter) {
@@ -92,8 +87,8 @@ inline ForwardPlan plan_forward(const at::TensorIteratorBase& iter) {
   if (out == dense && (input_repeated || weight_repeated)) {
     const auto repeated = input_repeated ? input : weight;
     const int64_t vector = kVectorBytes / iter.element_size(kOut);
-    const bool vectorizable = cols % vector == 0 && layout_detail::vector_aligned(iter, kOut) &&
-        layout_detail::vector_aligned(iter, kInput) && layout_detail::vector_aligned(iter, kWeight);
+    const bool vectorizable = cols % vector == 0 && vector_aligned(iter.data_ptr(kOut)) &&
+        vector_aligned(iter.data_ptr(kInput)) && vector_aligned(iter.data_ptr(kWeight));
     if (vectorizable) {
       plan.layout = ForwardLayout::Broadcast;
       plan.broadcast = {rows, cols, input_repeated, repeated == row};
@@ -112,10 +107,12 @@ inline ForwardPlan plan_forward(const at::TensorIteratorBase& iter) {
   return plan;
 }
 
-// The two kernels, in weighted_sum_forward_broadcast.cu and weighted_sum_forward_transposed.cu.
-// Each launches on the current stream of the iterator's device (the caller's guard has made it
-// current).
+// The two kernels, in elementwise_forward_broadcast.cu and elementwise_forward_transposed.cu,
+// computing Term::value, for every term of CUSTOM_OPS_TERMS. Each launches on the current stream
+// of the iterator's device (the caller's guard has made it current).
+template <class Term>
 void launch_forward_broadcast(at::TensorIteratorBase& iter, const BroadcastPlan& plan);
+template <class Term>
 void launch_forward_transposed(at::TensorIteratorBase& iter, const TransposedPlan& plan);
 
 }  // namespace custom::cuda

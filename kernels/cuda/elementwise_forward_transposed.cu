@@ -1,4 +1,4 @@
-// out[r, c] = w * x**2 where out is row-major and an input is column-major (x.t(), or a weight
+// out[r, c] = value(x, w) where out is row-major and an input is column-major (x.t(), or a weight
 // of shape [R, 1]). Walking out's rows, gpu_kernel reads such an input one element per 32-byte
 // sector. Here a block takes a T x T tile: it reads the column-major inputs down their columns
 // (coalesced) into shared memory, the row-major ones straight into registers, and writes out
@@ -6,14 +6,14 @@
 // 32 pairs (the element rate, not the bytes, limits a tile kernel of 2-byte types).
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/native/cuda/MemoryAccess.cuh>
 #include <c10/cuda/CUDAException.h>
 
 #include <type_traits>
 
-#include "kernels/cuda/weighted_sum_forward_layout.h"
+#include "kernels/cuda/elementwise_forward_layout.h"
+#include "kernels/cuda/vectorized_access.cuh"
 #include "ops/floating_types.h"
-#include "ops/weighted_sum_math.h"
+#include "ops/operator_rows.h"
 
 namespace custom::cuda {
 namespace {
@@ -41,7 +41,7 @@ struct TransposedArgs {
 };
 
 template <typename scalar_t>
-using Pack = at::native::memory::aligned_vector<scalar_t, kPack<scalar_t>>;
+using Pack = Vector<scalar_t, kPack<scalar_t>>;
 
 template <typename scalar_t, typename opmath_t, bool kAcross>
 using Tile = opmath_t[kAcross ? kTile<scalar_t> : 1][kTile<scalar_t> + 1];
@@ -87,7 +87,7 @@ element(const Tile<scalar_t, opmath_t, kAcross>& tile, const Pack<scalar_t>& row
 
 // A whole tile (the common case): no bounds checks; the odd pitch (T + 1) of the shared tiles
 // spreads the transposed reads over the banks.
-template <typename scalar_t, typename opmath_t, bool kInputAcross, bool kWeightAcross>
+template <class Term, typename scalar_t, typename opmath_t, bool kInputAcross, bool kWeightAcross>
 __device__ void whole_tile(
     const TransposedArgs<scalar_t>& args,
     int64_t row0,
@@ -114,7 +114,7 @@ __device__ void whole_tile(
     for (int p = 0; p < P; ++p) {
       const opmath_t x = element<kInputAcross, scalar_t, opmath_t>(input_tile, input_rows[i], r, lane + p, p);
       const opmath_t w = element<kWeightAcross, scalar_t, opmath_t>(weight_tile, weight_rows[i], r, lane + p, p);
-      result.val[p] = math::WeightedSquare{}(x, w);
+      result.val[p] = Term::value(x, w);
     }
     *reinterpret_cast<Pack<scalar_t>*>(args.out + (row0 + r) * args.out_row_stride + col0 + lane) = result;
   }
@@ -122,7 +122,7 @@ __device__ void whole_tile(
 
 // A tile at the bottom or right edge (or any tile when packs are misaligned): element by
 // element, each checked against the bounds.
-template <typename scalar_t, typename opmath_t, bool kInputAcross, bool kWeightAcross>
+template <class Term, typename scalar_t, typename opmath_t, bool kInputAcross, bool kWeightAcross>
 __device__ void edge_tile(
     const TransposedArgs<scalar_t>& args,
     int64_t row0,
@@ -162,13 +162,13 @@ __device__ void edge_tile(
             operand(std::bool_constant<kInputAcross>{}, input_tile, args.input, args.input_row_stride, r, c);
         const opmath_t w =
             operand(std::bool_constant<kWeightAcross>{}, weight_tile, args.weight, args.weight_row_stride, r, c);
-        args.out[(row0 + r) * args.out_row_stride + col0 + c] = math::WeightedSquare{}(x, w);
+        args.out[(row0 + r) * args.out_row_stride + col0 + c] = Term::value(x, w);
       }
     }
   }
 }
 
-template <typename scalar_t, bool kInputAcross, bool kWeightAcross>
+template <class Term, typename scalar_t, bool kInputAcross, bool kWeightAcross>
 __global__ void __launch_bounds__(kThreadsX* kThreadsY) forward_transposed_kernel(TransposedArgs<scalar_t> args) {
   constexpr int T = kTile<scalar_t>;
   using opmath_t = at::opmath_type<scalar_t>;
@@ -178,17 +178,17 @@ __global__ void __launch_bounds__(kThreadsX* kThreadsY) forward_transposed_kerne
   const int64_t row0 = blockIdx.x / args.col_tiles * T;
   const int64_t col0 = blockIdx.x % args.col_tiles * T;
   if (args.packed && row0 + T <= args.rows && col0 + T <= args.cols) {
-    whole_tile<scalar_t, opmath_t, kInputAcross, kWeightAcross>(args, row0, col0, input_tile, weight_tile);
+    whole_tile<Term, scalar_t, opmath_t, kInputAcross, kWeightAcross>(args, row0, col0, input_tile, weight_tile);
   } else {
-    edge_tile<scalar_t, opmath_t, kInputAcross, kWeightAcross>(args, row0, col0, input_tile, weight_tile);
+    edge_tile<Term, scalar_t, opmath_t, kInputAcross, kWeightAcross>(args, row0, col0, input_tile, weight_tile);
   }
 }
 
-template <typename scalar_t, bool kInputAcross, bool kWeightAcross>
+template <class Term, typename scalar_t, bool kInputAcross, bool kWeightAcross>
 void launch(const TransposedArgs<scalar_t>& args) {
   constexpr int T = kTile<scalar_t>;
   const int64_t blocks = args.col_tiles * ((args.rows + T - 1) / T);
-  forward_transposed_kernel<scalar_t, kInputAcross, kWeightAcross>
+  forward_transposed_kernel<Term, scalar_t, kInputAcross, kWeightAcross>
       <<<static_cast<unsigned int>(blocks), dim3(kThreadsX, kThreadsY), 0, at::cuda::getCurrentCUDAStream()>>>(args);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -206,8 +206,9 @@ bool packs_aligned(at::TensorIteratorBase& iter, const TransposedPlan& plan, int
 
 }  // namespace
 
+template <class Term>
 void launch_forward_transposed(at::TensorIteratorBase& iter, const TransposedPlan& plan) {
-  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(iter.common_dtype(), "weighted_sum_transposed_cuda", [&] {
+  CUSTOM_OPS_DISPATCH_ITER_FLOATING(iter, "elementwise_transposed_cuda", [&] {
     constexpr int T = kTile<scalar_t>;
     const TransposedArgs<scalar_t> args{
         static_cast<scalar_t*>(iter.data_ptr(kOut)),
@@ -224,11 +225,16 @@ void launch_forward_transposed(at::TensorIteratorBase& iter, const TransposedPla
         packs_aligned(iter, plan, kPack<scalar_t>),
     };
     if (plan.input_across) {
-      plan.weight_across ? launch<scalar_t, true, true>(args) : launch<scalar_t, true, false>(args);
+      plan.weight_across ? launch<Term, scalar_t, true, true>(args) : launch<Term, scalar_t, true, false>(args);
     } else {
-      launch<scalar_t, false, true>(args);
+      launch<Term, scalar_t, false, true>(args);
     }
   });
 }
+
+#define CUSTOM_OPS_INSTANTIATE(Term_, backward_) \
+  template void launch_forward_transposed<terms::Term_>(at::TensorIteratorBase& iter, const TransposedPlan& plan);
+CUSTOM_OPS_TERMS(CUSTOM_OPS_INSTANTIATE)
+#undef CUSTOM_OPS_INSTANTIATE
 
 }  // namespace custom::cuda
