@@ -1,11 +1,9 @@
 # Compiles the CPU loops once per instruction set, as ATen compiles its native/cpu kernels, so
 # one library is fast on AVX2 (and AVX512) machines and still runs on any x86-64 (or other) CPU.
-# kernels/cpu/*_cpu_dispatch.cpp pick the set at run time. The elementwise loops have no AVX512
-# set: ATen's REGISTER_DISPATCH runs its elementwise kernels (add, mul, ...) with AVX2 on AVX512
-# CPUs too, and an AVX512 build of them was measured 15-20% slower than AVX2 on float32 (AMD
-# EPYC). The reductions do: torch.sum runs AVX512 there (ALSO_REGISTER_AVX512_DISPATCH), and
-# weighted_square_sum's AVX512 build was measured up to 1.3x (float32) and 1.4-2x (bfloat16)
-# faster than its AVX2 build on cache-resident operands (the same EPYC).
+# kernels/cpu/*_cpu_dispatch.cpp pick the set at run time, as ATen does for its own kernels of the
+# kind: the elementwise loops have no AVX512 set (ATen's REGISTER_DISPATCH runs add, mul, ... with
+# AVX2 on AVX512 CPUs too), the reductions do (torch.sum runs AVX512 there). Measurements of the
+# choice: docs/benchmarks.md.
 #
 # OpenMP: at::parallel_for is inline and runs its body in parallel only where the caller is compiled
 # with OpenMP, as ATen is (a torch without OpenMP uses its own pool and needs nothing here). The
