@@ -1,0 +1,471 @@
+#!/usr/bin/env python3
+"""Adds an operator: its term (the math, written once) and its rows in the two operator tables.
+
+    scripts/new_op.py NAME --kind {elementwise,reduction} --value EXPR --dx EXPR --dw EXPR \\
+        --dxx EXPR --dxw EXPR --dww EXPR [--term TermName] [--domain LOW HIGH] [--root DIR] [--dry-run]
+
+EXPR is arithmetic over x (the input) and w (the weight): + - * /, parentheses and decimal
+numbers, text that means the same in C++ and in Python. --value is the elementwise value
+y = f(x, w) (a reduction sums it over dim); the other five are its partial derivatives, which are
+checked against difference quotients of --value at a few points. The value's operation order is
+the kernels': `w * (x * x)` and `(w * x) * x` round differently.
+
+It writes these three files and nothing else:
+  ops/include/custom_ops/terms/NAME.h  the term, a struct of the six formulas (new)
+  ops/include/custom_ops/operators.h   its #include, the operator's row and the term's row
+                                       (the term's backward operator is NAME_backward)
+  python/custom_ops/_operators.py      the Python twin: a Term block and an Operator row
+What it writes is ordinary source, yours from then on. Next: `make test-op OP=NAME`.
+--dry-run prints the changes as diffs instead. It refuses, changing nothing, a NAME or term that
+the tables already have, so running it twice adds an operator once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import keyword
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+TERMS_DIR = Path("ops/include/custom_ops/terms")
+OPERATORS_H = Path("ops/include/custom_ops/operators.h")
+OPERATORS_PY = Path("python/custom_ops/_operators.py")
+KINDS = ("elementwise", "reduction")
+FORMULAS = ("value", "dx", "dw", "dxx", "dxw", "dww")
+# The lists of operators.h, one `  X(a, b) \` a line, each closed by this comment line.
+LIST_END = "  /* end of {} */"
+LISTS = {"elementwise": "CUSTOM_OPS_ELEMENTWISE_OPERATORS", "reduction": "CUSTOM_OPS_REDUCTION_OPERATORS"}
+TERMS_LIST = "CUSTOM_OPS_TERMS"
+PY_TERMS_END = "# --- end of terms ---"
+PY_OPERATORS_END = "# --- end of operators ---"
+# An operator's name is a C++ function (custom::NAME) and a Python attribute (custom_ops.NAME).
+CXX_KEYWORDS = frozenset(
+    re.findall(
+        r"\w+",
+        """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t
+        class compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield
+        decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto
+        if inline int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected
+        public register reinterpret_cast requires return short signed sizeof static static_assert static_cast struct
+        switch template this thread_local throw true try typedef typeid typename union unsigned using virtual void
+        volatile wchar_t while xor xor_eq""",
+    )
+)
+# A number both languages read alike: decimal, no digit separators, hex, suffixes or complex.
+NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+ALLOWED = "only + - * /, parentheses, numbers, x and w"
+
+
+class Error(Exception):
+    """A refusal: one line, and nothing written."""
+
+
+# --- expressions ---
+
+
+def parse(option: str, text: str) -> ast.expr:
+    """The expression's syntax tree, if it is only what a term may contain (see ALLOWED)."""
+    where = f"--{option} {text!r}"
+    text = text.strip()
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError as error:
+        raise Error(f"{where}: not an expression ({error.msg})") from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp):
+            if not isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+                raise Error(f"{where}: {_OPERATOR_TEXT.get(type(node.op), 'that operator')} is not allowed ({ALLOWED})")
+        elif isinstance(node, ast.UnaryOp):
+            if not isinstance(node.op, (ast.USub, ast.UAdd)):
+                raise Error(f"{where}: {_OPERATOR_TEXT.get(type(node.op), 'that operator')} is not allowed ({ALLOWED})")
+        elif isinstance(node, ast.Name):
+            if node.id not in ("x", "w"):
+                raise Error(f"{where}: unknown name {node.id!r} ({ALLOWED})")
+        elif isinstance(node, ast.Constant):
+            literal = ast.get_source_segment(text, node)
+            if type(node.value) not in (int, float) or literal is None or not NUMBER.fullmatch(literal):
+                raise Error(f"{where}: {literal or repr(node.value)} is not a decimal number ({ALLOWED})")
+            if not math.isfinite(float(literal)):
+                raise Error(f"{where}: {literal} is not a finite double")
+            if isinstance(node.value, int) and node.value > 2**53:
+                raise Error(f"{where}: {literal} is not exact as a double; write it with an exponent (1e20)")
+            node.literal = literal  # the text as written, the same in both languages
+        elif not isinstance(node, (ast.operator, ast.unaryop, ast.expr_context)):
+            raise Error(f"{where}: {type(node).__name__.lower()} is not allowed ({ALLOWED})")
+        if isinstance(node, (ast.BinOp, ast.UnaryOp)):
+            # Parentheses the tree does not need are kept, for the reader: `(x * x) / w`. A node
+            # with "(" just before it and ")" just after is what they enclose.
+            before, after = text[: node.col_offset].rstrip(), text[node.end_col_offset :].lstrip()
+            node.parenthesized = before.endswith("(") and after.startswith(")")
+    return tree
+
+
+def divisions_of_numbers(tree: ast.expr) -> bool:
+    """Whether a number is divided by an expression: Python computes `2 / t` on a tensor as
+    `t.reciprocal() * 2`, which can differ from C++'s `2 / t` in the last bit."""
+    return any(
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Div)
+        and isinstance(node.left, (ast.Constant, ast.UnaryOp))
+        and not uses(node.left, "x")
+        and not uses(node.left, "w")
+        and (uses(node.right, "x") or uses(node.right, "w"))
+        for node in ast.walk(tree)
+    )
+
+
+_OPERATOR_TEXT = {
+    ast.Pow: "**",
+    ast.Mod: "%",
+    ast.FloorDiv: "//",
+    ast.MatMult: "@",
+    ast.LShift: "<<",
+    ast.RShift: ">>",
+    ast.BitAnd: "&",
+    ast.BitOr: "|",
+    ast.BitXor: "^",
+    ast.Invert: "~",
+    ast.Not: "not",
+}
+_PRECEDENCE = {ast.Add: 1, ast.Sub: 1, ast.Mult: 2, ast.Div: 2}
+_SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+_UNARY, _ATOM = 3, 4
+
+
+def to_text(tree: ast.expr, cxx: bool) -> str:
+    """The expression in C++ (each number `number<T>(n)`, as terms/*.h write constants) or in
+    Python (numbers plain), parenthesized exactly where the tree needs it, so both languages
+    compute in the same order."""
+    return _emit(tree, cxx)[0]
+
+
+def _emit(node: ast.expr, cxx: bool) -> tuple[str, int]:
+    if isinstance(node, ast.Name):
+        return node.id, _ATOM
+    if isinstance(node, ast.Constant):
+        return (f"number<T>({node.literal})" if cxx else node.literal), _ATOM
+    if isinstance(node, ast.UnaryOp):
+        if isinstance(node.op, ast.UAdd):
+            return _emit(node.operand, cxx)
+        if isinstance(node.operand, ast.Constant):  # a negative constant is one number
+            literal = "-" + node.operand.literal
+            return (f"number<T>({literal})", _ATOM) if cxx else _parenthesized(node, literal, _UNARY)
+        text, precedence = _emit(node.operand, cxx)
+        if precedence < _ATOM and not getattr(node.operand, "parenthesized", False):  # -(-x), not --x
+            text = f"({text})"
+        return _parenthesized(node, "-" + text, _UNARY)
+    assert isinstance(node, ast.BinOp)
+    precedence = _PRECEDENCE[type(node.op)]
+    left, left_precedence = _emit(node.left, cxx)
+    right, right_precedence = _emit(node.right, cxx)
+    if left_precedence < precedence:
+        left = f"({left})"
+    if right_precedence <= precedence:  # left-associative: a - (b - c) keeps its parentheses
+        right = f"({right})"
+    return _parenthesized(node, f"{left} {_SYMBOL[type(node.op)]} {right}", precedence)
+
+
+def _parenthesized(node: ast.expr, text: str, precedence: int) -> tuple[str, int]:
+    return (f"({text})", _ATOM) if getattr(node, "parenthesized", False) else (text, precedence)
+
+
+def uses(tree: ast.expr, name: str) -> bool:
+    return any(isinstance(node, ast.Name) and node.id == name for node in ast.walk(tree))
+
+
+def evaluate(tree: ast.expr, x: float, w: float) -> float:
+    return eval(compile(ast.Expression(tree), "<term>", "eval"), {"__builtins__": {}}, {"x": x, "w": w})
+
+
+def check_derivatives(trees: dict[str, ast.expr], domain: tuple[float, float] | None) -> None:
+    """Each derivative against central difference quotients of the formula it differentiates, at
+    a few points (those where every formula is defined)."""
+    low, high = domain or (-2.0, 2.0)
+    points = [(low + (high - low) * a, low + (high - low) * b) for a, b in ((0.18, 0.71), (0.63, 0.29), (0.87, 0.94))]
+    checks = [  # (the derivative, the formula, the variable)
+        ("dx", "value", "x"),
+        ("dw", "value", "w"),
+        ("dxx", "dx", "x"),
+        ("dxw", "dx", "w"),
+        ("dxw", "dw", "x"),
+        ("dww", "dw", "w"),
+    ]
+    checked = False
+    for x, w in points:
+        try:
+            for derivative, formula, variable in checks:
+                h = 1e-4 * max(1.0, abs(x if variable == "x" else w))
+                step = (h, 0.0) if variable == "x" else (0.0, h)
+                ahead = evaluate(trees[formula], x + step[0], w + step[1])
+                behind = evaluate(trees[formula], x - step[0], w - step[1])
+                quotient = (ahead - behind) / (2 * h)
+                given = evaluate(trees[derivative], x, w)
+                if not all(map(math.isfinite, (ahead, behind, given))):
+                    raise ZeroDivisionError
+                if abs(given - quotient) > 1e-5 * max(1.0, abs(given), abs(quotient)):
+                    raise Error(
+                        f"--{derivative} {to_text(trees[derivative], cxx=False)!r} is not d({formula})/d{variable}:"
+                        f" at x={x:g}, w={w:g} it is {given:.6g}, a difference quotient of --{formula} {quotient:.6g}"
+                    )
+            checked = True
+        except (ZeroDivisionError, OverflowError):
+            continue  # a pole at this point: the others decide
+    if not checked:
+        raise Error(f"the derivatives cannot be checked: the formulas are undefined at every point tried ({points})")
+
+
+# --- names ---
+
+
+def camel_case(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+
+
+def upper_snake_case(camel: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", camel).upper()
+
+
+@dataclass
+class Tables:
+    """What the two operator tables already name."""
+
+    terms: dict[str, str]  # C++ term -> its backward operator
+    operators: dict[str, tuple[str, str]]  # operator -> (kind, term)
+    python_names: set[str]  # every name the Python table defines or quotes
+
+    @classmethod
+    def read(cls, header: str, python: str) -> Tables:
+        terms = dict(_rows(header, TERMS_LIST))
+        operators = {name: (kind, term) for kind, macro in LISTS.items() for name, term in _rows(header, macro)}
+        python_names = set(re.findall(r"^(\w+) = Term\(", python, re.M))
+        python_names |= set(re.findall(r'(?:name|backward)="(\w+)"', python))
+        python_names |= set(re.findall(r'Operator\(\s*"(\w+)"', python))
+        return cls(terms, operators, python_names)
+
+    def taken(self) -> set[str]:
+        """Every operator name in use (an in-place variant, NAME_, cannot clash: NAME has no
+        trailing underscore)."""
+        return set(self.operators) | set(self.terms.values()) | self.python_names
+
+
+def _rows(header: str, macro: str) -> list[tuple[str, str]]:
+    match = re.search(
+        rf"^#define {macro}\(X\) \\\n((?:  X\(\w+, \w+\) \\\n)*){re.escape(LIST_END.format(macro))}$", header, re.M
+    )
+    if not match:
+        raise Error(f"{OPERATORS_H}: no list {macro} in the format scripts/new_op.py appends to (see its comments)")
+    return re.findall(r"X\((\w+), (\w+)\)", match.group(1))
+
+
+# --- the three files ---
+
+HEADER = """\
+// The term of {name} ({kind}): y = {value}
+// Written by scripts/new_op.py; yours to edit (custom_ops/term.h says what each function is).
+#pragma once
+
+#include <custom_ops/term.h>
+
+namespace custom::terms {{
+
+struct {term} {{
+  static constexpr bool dw_reads_weight = {dw_reads_weight};
+{functions}}};
+
+}}  // namespace custom::terms
+"""
+FUNCTION = """
+  template <typename T>
+  C10_HOST_DEVICE static T {formula}({x}T x, {w}T w) {{
+    return {body};
+  }}"""
+PY_TERM = """\
+{variable} = Term(
+    name="{term}",
+    backward="{backward}",
+{formulas})
+"""
+
+
+def term_header(name: str, kind: str, term: str, trees: dict[str, ast.expr]) -> str:
+    functions = "".join(
+        FUNCTION.format(
+            formula=formula,
+            x="" if uses(tree, "x") else "[[maybe_unused]] ",
+            w="" if uses(tree, "w") else "[[maybe_unused]] ",
+            body=to_text(tree, cxx=True),
+        )
+        for formula, tree in trees.items()
+    )
+    kind_text = "elementwise" if kind == "elementwise" else "a reduction, summed over dim"
+    return HEADER.format(
+        name=name,
+        kind=kind_text,
+        value=to_text(trees["value"], cxx=False),
+        term=term,
+        dw_reads_weight=str(uses(trees["dw"], "w")).lower(),
+        functions=functions + "\n",
+    )
+
+
+def insert_before(text: str, marker: str, new: str, what: Path) -> str:
+    """new inserted as whole lines before the one line that is marker."""
+    lines = text.splitlines(keepends=True)
+    found = [i for i, line in enumerate(lines) if line.rstrip("\n") == marker]
+    if len(found) != 1:
+        raise Error(
+            f"{what}: expected one line {marker.strip()!r}, found {len(found)} (the format new_op.py appends to)"
+        )
+    return "".join([*lines[: found[0]], new, *lines[found[0] :]])
+
+
+def new_operators_h(header: str, name: str, kind: str, term: str) -> str:
+    include = f"#include <custom_ops/terms/{name}.h>\n"
+    lines = header.splitlines(keepends=True)
+    includes = [i for i, line in enumerate(lines) if line.startswith("#include <custom_ops/terms/")]
+    if not includes:
+        raise Error(f"{OPERATORS_H}: no #include <custom_ops/terms/...> to add {include.strip()} beside")
+    # Sorted into the block, as clang-format keeps it.
+    at = next((i for i in includes if lines[i] > include), includes[-1] + 1)
+    header = "".join([*lines[:at], include, *lines[at:]])
+    header = insert_before(header, LIST_END.format(TERMS_LIST), f"  X({term}, {name}_backward) \\\n", OPERATORS_H)
+    return insert_before(header, LIST_END.format(LISTS[kind]), f"  X({name}, {term}) \\\n", OPERATORS_H)
+
+
+def python_term(term: str, backward: str, trees: dict[str, ast.expr]) -> str:
+    return PY_TERM.format(
+        variable=upper_snake_case(term),
+        term=term,
+        backward=backward,
+        formulas="".join(
+            f"    {formula}=lambda x, w: {to_text(tree, cxx=False)},\n" for formula, tree in trees.items()
+        ),
+    )
+
+
+def new_operators_py(python: str, name: str, kind: str, term: str, trees, domain) -> str:
+    variable = upper_snake_case(term)
+    python = insert_before(python, PY_TERMS_END, python_term(term, f"{name}_backward", trees), OPERATORS_PY)
+    marker = next((line for line in python.splitlines() if line.strip() == PY_OPERATORS_END), PY_OPERATORS_END)
+    indent = marker[: len(marker) - len(marker.lstrip())]
+    extra = f", domain=({domain[0]!r}, {domain[1]!r})" if domain else ""
+    return insert_before(python, marker, f'{indent}Operator("{name}", "{kind}", {variable}{extra}),\n', OPERATORS_PY)
+
+
+def plan(args: argparse.Namespace) -> dict[Path, tuple[str | None, str]]:
+    """Each file to write: (its text now, or None for a new file; its new text). Raises Error."""
+    root = Path(args.root)
+    name, kind = args.name, args.kind
+    if not re.fullmatch(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*", name):
+        raise Error(f"{name!r} is not a lower_snake_case name (like weighted_cube)")
+    if keyword.iskeyword(name) or name in CXX_KEYWORDS:
+        raise Error(f"{name!r} is a Python or C++ keyword")
+    term = args.term or camel_case(name)
+    if not re.fullmatch(r"[A-Z][A-Za-z0-9]*", term):
+        raise Error(f"--term {term!r} is not a CamelCase C++ name (like WeightedCube)")
+    domain = tuple(args.domain) if args.domain else None
+    if domain and not (math.isfinite(domain[0]) and math.isfinite(domain[1]) and domain[0] < domain[1]):
+        raise Error(f"--domain {domain[0]:g} {domain[1]:g}: not LOW < HIGH")
+
+    header_path = root / TERMS_DIR / f"{name}.h"
+    try:
+        header = (root / OPERATORS_H).read_text()
+        python = (root / OPERATORS_PY).read_text()
+    except OSError as error:
+        raise Error(f"{error.filename}: {error.strerror} (--root is the checkout: {root})") from None
+    tables = Tables.read(header, python)
+    taken = tables.taken()
+    if name in tables.operators or re.search(rf'Operator\(\s*"{name}"', python):
+        raise Error(f"operator {name} is already in the tables ({OPERATORS_H}, {OPERATORS_PY})")
+    clash = sorted({name, f"{name}_backward"} & taken)
+    if clash:
+        raise Error(f"{name}: its operators would clash with the existing {', '.join(clash)}")
+    if term in tables.terms or term in tables.python_names or upper_snake_case(term) in tables.python_names:
+        raise Error(f"term {term} is already in the tables (pick another with --term)")
+    if header_path.exists():
+        raise Error(f"{header_path.relative_to(root)} already exists")
+
+    trees = {formula: parse(formula, getattr(args, formula)) for formula in FORMULAS}
+    check_derivatives(trees, domain)
+    for formula, tree in trees.items():
+        if divisions_of_numbers(tree):
+            print(
+                f"new_op.py: note: --{formula} {to_text(tree, cxx=False)!r} divides a number by a tensor, which Python"
+                " computes as reciprocal() * number: its Python twin can differ from C++ in the last bit",
+                file=sys.stderr,
+            )
+    return {
+        header_path.relative_to(root): (None, term_header(name, kind, term, trees)),
+        OPERATORS_H: (header, new_operators_h(header, name, kind, term)),
+        OPERATORS_PY: (python, new_operators_py(python, name, kind, term, trees, domain)),
+    }
+
+
+def diff(path: Path, old: str | None, new: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            "/dev/null" if old is None else f"a/{path}",
+            f"b/{path}",
+        )
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    result = argparse.ArgumentParser(
+        prog="new_op.py",
+        description=__doc__.split("\n\n")[0],
+        epilog="EXPR: " + ALLOWED + ", over x and w, e.g. --value 'w * (x * x * x)' --dx '(x * x * 3) * w'",
+    )
+    result.add_argument("name", metavar="NAME", help="the operator, lower_snake_case (custom::NAME)")
+    result.add_argument("--kind", required=True, choices=KINDS)
+    for formula, meaning in zip(FORMULAS, ("y = f(x, w)", "df/dx", "df/dw", "d2f/dx2", "d2f/dxdw", "d2f/dw2")):
+        result.add_argument(f"--{formula}", required=True, metavar="EXPR", help=meaning)
+    result.add_argument("--term", help="the term's C++ struct name (default: NAME in CamelCase)")
+    result.add_argument(
+        "--domain",
+        nargs=2,
+        type=float,
+        metavar=("LOW", "HIGH"),
+        help="where the term is defined (tests sample input and weight there), e.g. for x / w: 0.5 2",
+    )
+    result.add_argument("--root", default=str(Path(__file__).resolve().parent.parent), help="the checkout")
+    result.add_argument("--dry-run", action="store_true", help="print the changes as diffs, write nothing")
+    return result
+
+
+def _joined(argv: list[str]) -> list[str]:
+    """`--dx -x` as `--dx=-x`: argparse would take -x for an option, but an expression option is
+    always followed by its value."""
+    options, result, rest = {f"--{formula}" for formula in FORMULAS}, [], list(argv)
+    while rest:
+        arg = rest.pop(0)
+        result.append(f"{arg}={rest.pop(0)}" if arg in options and rest else arg)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(_joined(sys.argv[1:] if argv is None else argv))
+    try:
+        changes = plan(args)
+    except Error as error:
+        print(f"new_op.py: {error}", file=sys.stderr)
+        return 1
+    if args.dry_run:
+        sys.stdout.write("".join(diff(path, old, new) for path, (old, new) in changes.items()))
+        return 0
+    for path, (_, new) in changes.items():
+        (Path(args.root) / path).write_text(new)
+    print(f"new_op.py: wrote {', '.join(map(str, changes))}")
+    print(f"new_op.py: next, build and run {args.name}'s tests: make test-op OP={args.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
