@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make demo   set up, build, install to ./install, show the op from Python and from C++
 #   make test   set up, build, install, run every C++ (ctest) and Python (pytest) test
+#   make test-op OP=NAME  the same build, then every test of that one operator (scripts/new_op.py)
 #   make format reformat our C++/CUDA (clang-format) and Python (ruff), apply ruff's safe fixes
 #   make lint   check formatting, ruff's rules and clang-tidy's (the tools: requirements-lint.txt)
 #   make wheel  a wheel of the Python package in dist/, named for its torch and CUDA
@@ -58,6 +59,25 @@ test: install
 	fi; \
 	CUSTOM_OPS_LIBRARY=$(PREFIX)/lib/libcustom_ops.so CUSTOM_OPS_PREFIX=$(PREFIX) CUSTOM_OPS_CUDA=$(CUDA) \
 	  $(PYTHON) -m pytest tests/python -q -rs $$([ "$$workers" -gt 1 ] && echo -n "-n $$workers --dist loadfile") \
+	  $(PYTEST_ARGS)
+
+# One operator's tests: the C++ ones named ROW/NAME.TEST (tests/cpp/operator_table_test.cpp; its
+# backward's too) and the Python ones whose id contains NAME (tests/python/operators.py). CUDA tests
+# skip, saying so, without a GPU. Either half running no test is a failure: a typo in OP, or an
+# operator the tables lack, must not pass.
+ifneq ($(filter test-op,$(MAKECMDGOALS)),)
+ifeq ($(shell [[ "$(OP)" =~ ^[a-z][a-z0-9_]*$$ ]] && echo ok),)
+$(error make test-op: name the operator, OP=NAME (lower_snake_case), before anything is built)
+endif
+endif
+.PHONY: test-op
+test-op: SETUP_FOR = --test
+test-op: install
+	ctest --test-dir $(BUILD) --output-on-failure --no-tests=error -R '/$(OP)(_backward)?\.'
+	workers=$(PYTEST_WORKERS); \
+	if [ "$$workers" -gt 1 ] && ! $(PYTHON) -c 'import xdist' 2>/dev/null; then workers=1; fi; \
+	CUSTOM_OPS_LIBRARY=$(PREFIX)/lib/libcustom_ops.so CUSTOM_OPS_PREFIX=$(PREFIX) CUSTOM_OPS_CUDA=$(CUDA) \
+	  $(PYTHON) -m pytest tests/python -q -rs -k '$(OP)' $$([ "$$workers" -gt 1 ] && echo -n "-n $$workers --dist loadfile") \
 	  $(PYTEST_ARGS)
 
 # The Python package as a wheel (pip install dist/*.whl), built against the torch `make install` uses.
