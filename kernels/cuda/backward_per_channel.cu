@@ -180,10 +180,11 @@ __global__ void __launch_bounds__(kThreads) along_runs_kernel(
     const int64_t base = run * s.inner;
     const int64_t begin = (unit % s.chunks) * s.chunk;
     const int64_t end = std::min(s.inner, begin + s.chunk);  // inner is a multiple of kVec
+    const acc_t weight = reads_weight<Term, kInput> ? static_cast<acc_t>(p.weight[run % s.channels]) : acc_t(0);
     acc_t w[kVec];
 #pragma unroll
     for (int l = 0; l < kVec; ++l) {
-      w[l] = reads_weight<Term, kInput> ? static_cast<acc_t>(p.weight[run % s.channels]) : acc_t(0);
+      w[l] = weight;
     }
     acc_t sum = 0;
     for (int64_t i = begin + threadIdx.x * kVec; i < end; i += kUnroll * kStride) {
