@@ -1,4 +1,4 @@
-#include "weighted_square_sum_frontend.h"
+#include "reduction_frontend.h"
 
 #include <algorithm>
 #include <utility>
@@ -15,11 +15,9 @@ namespace custom::detail {
 
 namespace {
 
-constexpr const char* kOp = "custom::weighted_square_sum";
-
 // Which dims of a rank-`ndim` shape are reduced: every one for None or [] (torch.sum's rule),
 // else the listed ones, wrapped like torch.sum's (a 0-dim shape takes 0 and -1).
-std::vector<bool> reduced_dims(at::OptionalIntArrayRef dim, int64_t ndim) {
+std::vector<bool> reduced_dims(at::OptionalIntArrayRef dim, int64_t ndim, const char* op) {
   std::vector<bool> reduced(static_cast<size_t>(ndim), !dim.has_value() || dim->empty());
   if (!dim.has_value()) {
     return reduced;
@@ -28,10 +26,10 @@ std::vector<bool> reduced_dims(at::OptionalIntArrayRef dim, int64_t ndim) {
   std::vector<bool> seen(static_cast<size_t>(range), false);
   for (const auto d : *dim) {
     TORCH_CHECK_INDEX(
-        d >= -range && d < range, kOp, ": dim ", d, " is out of range for the broadcast shape of input and weight, of ",
+        d >= -range && d < range, op, ": dim ", d, " is out of range for the broadcast shape of input and weight, of ",
         ndim, " dimensions (expected a dim in [", -range, ", ", range - 1, "])");
     const auto wrapped = static_cast<size_t>(d < 0 ? d + range : d);
-    TORCH_CHECK(!seen[wrapped], kOp, ": dim ", d, " appears more than once in dim ", *dim);
+    TORCH_CHECK(!seen[wrapped], op, ": dim ", d, " appears more than once in dim ", *dim);
     seen[wrapped] = true;
     if (ndim > 0) {
       reduced[wrapped] = true;
@@ -41,13 +39,13 @@ std::vector<bool> reduced_dims(at::OptionalIntArrayRef dim, int64_t ndim) {
 }
 
 at::ScalarType checked_result_dtype(
-    const at::Tensor& input, const at::Tensor& weight, std::optional<at::ScalarType> dtype) {
-  const auto promoted = check_forward_inputs(input, weight, kOp);
+    const at::Tensor& input, const at::Tensor& weight, std::optional<at::ScalarType> dtype, const char* op) {
+  const auto promoted = check_forward_inputs(input, weight, op);
   if (!dtype.has_value()) {
     return promoted;
   }
   TORCH_CHECK(
-      is_supported_floating_type(*dtype), kOp, ": dtype must be float16, bfloat16, float32 or float64, got ", *dtype);
+      is_supported_floating_type(*dtype), op, ": dtype must be float16, bfloat16, float32 or float64, got ", *dtype);
   return *dtype;
 }
 
@@ -158,7 +156,7 @@ at::Tensor sum_leftover(const at::Tensor& partial, const std::vector<int64_t>& l
 // summed afterwards, from the loop's float32/float64 results. The loop writes `out` itself when
 // out's dtype is one it writes (accumulation or operands') and nothing is left to sum.
 void reduce_into(
-    const WeightedSquareSumLoops& loops,
+    const ReductionKernel& kernel,
     const at::Tensor& x,
     const at::Tensor& w,
     const std::vector<Axis>& axes,
@@ -203,7 +201,7 @@ void reduce_into(
   };
   if (total) {
     const auto [input, weight] = views_at(x.storage_offset(), w.storage_offset());
-    loops.reduce({.out = partial, .input = input, .weight = weight, .total = true});
+    kernel.loops.reduce({.out = partial, .input = input, .weight = weight, .total = true, .name = kernel.name});
   } else {
     int64_t batches = 1;
     for (size_t a = 0; a < tail_begin; ++a) {
@@ -221,7 +219,7 @@ void reduce_into(
         w_offset += index * axes[a].weight_stride;
       }
       const auto [input, weight] = views_at(x_offset, w_offset);
-      loops.reduce({.out = partial_slices[b], .input = input, .weight = weight});
+      kernel.loops.reduce({.out = partial_slices[b], .input = input, .weight = weight, .name = kernel.name});
     }
   }
   if (!direct) {
@@ -233,17 +231,18 @@ void reduce_into(
 
 }  // namespace
 
-at::Tensor weighted_square_sum_impl(
-    const WeightedSquareSumLoops& loops,
+at::Tensor reduction_impl(
+    const ReductionKernel& kernel,
     const at::Tensor& input,
     const at::Tensor& weight,
     at::OptionalIntArrayRef dim,
     bool keepdim,
     std::optional<at::ScalarType> dtype) {
-  const auto result = checked_result_dtype(input, weight, dtype);
-  const auto shape = broadcast_shape(input, "input", weight, "weight", kOp);
+  const char* const op = kernel.name;
+  const auto result = checked_result_dtype(input, weight, dtype, op);
+  const auto shape = broadcast_shape(input, "input", weight, "weight", op);
   const auto ndim = static_cast<int64_t>(shape.size());
-  const auto reduced = reduced_dims(dim, ndim);
+  const auto reduced = reduced_dims(dim, ndim, op);
   c10::SymDimVector out_shape;
   for (const auto d : c10::irange(ndim)) {
     if (!reduced[d]) {
@@ -253,7 +252,7 @@ at::Tensor weighted_square_sum_impl(
     }
   }
   auto out = at::empty_symint(out_shape, input.options().dtype(result));
-  if (loops.reduce == nullptr || out.numel() == 0) {
+  if (kernel.loops.reduce == nullptr || out.numel() == 0) {
     return out;
   }
 
@@ -291,7 +290,7 @@ at::Tensor weighted_square_sum_impl(
     axes.push_back({1, 1, 1, true});
     run = {axes.size() - 1, axes.size()};
   }
-  reduce_into(loops, x, w, axes, run, out);
+  reduce_into(kernel, x, w, axes, run, out);
   return out;
 }
 
@@ -300,5 +299,5 @@ at::Tensor weighted_square_sum_impl(
 // The Meta kernels: this frontend with no loops, on SymInt shapes, so FakeTensor and
 // torch.compile(dynamic=True) need no Python fake implementation.
 TORCH_LIBRARY_IMPL(custom, Meta, m) {
-  custom::detail::register_weighted_square_sum_kernels<custom::detail::kNoReductionLoops>(m);
+  custom::detail::register_reduction_kernels<custom::detail::NoReductionLoops>(m);
 }

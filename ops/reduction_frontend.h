@@ -1,7 +1,8 @@
-// The device-independent half of every weighted_square_sum kernel: checks, the result's shape and
-// dtype, and the canonical [outer, reduce, inner] view the device loops reduce. A device supplies
-// only its reduction loop; the Meta kernel supplies none and so gets the same shapes, dtypes and
-// errors as the real kernels, with SymInt shapes.
+// The reduction engine's device-independent half, for every reduction operator of the table: the
+// checks, the result's shape and dtype, and the canonical [outer, reduce, inner] views the device
+// loops sum a term over. A device supplies only its loops for a term; the Meta kernel supplies
+// none and so gets the same shapes, dtypes and errors as the real kernels, with SymInt shapes.
+// Each key's kernel file registers its loops with register_reduction_kernels.
 #pragma once
 
 #include <optional>
@@ -12,15 +13,16 @@
 #include <torch/library.h>
 
 #include "kernel_registration.h"
+#include "operator_rows.h"
 
 namespace custom::detail {
 
-// What a device loop computes: out[o, i] = sum over r of weight[o, r, i] * input[o, r, i]**2, or
-// with `total`, out[0] = the sum over every o, r and i.
-struct WeightedSquareSumReduction {
+// What a device loop computes: out[o, i] = sum over r of Term::value(input[o, r, i],
+// weight[o, r, i]), or with `total`, out[0] = the sum over every o, r and i.
+struct Reduction {
   // Contiguous, [outer, inner] (one element, of any shape, with `total`), of the accumulation dtype
-  // (math::weighted_square_sum_acc_t: float32 for float16/bfloat16/float32, float64 for float64)
-  // or of the operands' dtype, which the loop's last write rounds to, once: no copy afterwards.
+  // (at::opmath_type: float32 for float16/bfloat16/float32, float64 for float64) or of the
+  // operands' dtype, which the loop's last write rounds to, once: no copy afterwards.
   at::Tensor out;
   // [outer, reduce, inner] views of one dtype, with any strides (0 where broadcast). reduce >= 1
   // and outer * inner >= 1: the frontend handles empty results and empty reductions.
@@ -29,32 +31,55 @@ struct WeightedSquareSumReduction {
   // A full reduction: the outer and inner dims are summed inside the loop too, in its own fixed
   // order, with no partial tensor nor leftover sum after it.
   bool total = false;
+  const char* name = nullptr;  // the operator, for errors: "custom::weighted_square_sum"
 };
 
-using ReductionLoop = void (*)(const WeightedSquareSumReduction& args);
+using ReductionLoop = void (*)(const Reduction& args);
 
-struct WeightedSquareSumLoops {
-  // Writes every element of args.out. Sums in the accumulation dtype, in an order fixed by the
-  // sizes and strides alone (the same bits on every run and thread count), with the error of a
-  // pairwise sum.
+// A device's loops for one term.
+struct ReductionLoops {
+  // Writes every element of args.out. Each term is Term::value(x, w) in the accumulation dtype,
+  // summed in it, in an order fixed by the sizes and strides alone (the same bits on every run and
+  // thread count), with the error of a pairwise sum.
   ReductionLoop reduce = nullptr;
 };
 
-// Shapes and dtypes only: what the Meta kernel passes.
-inline constexpr WeightedSquareSumLoops kNoReductionLoops{};
+// One operator's kernel for one key: the name its errors carry, and its term's loops.
+struct ReductionKernel {
+  const char* name = nullptr;  // "custom::weighted_square_sum"
+  ReductionLoops loops;
+};
 
-at::Tensor weighted_square_sum_impl(
-    const WeightedSquareSumLoops& loops,
+// Shapes and dtypes only: what the Meta kernel passes.
+template <class Term>
+struct NoReductionLoops {
+  static constexpr ReductionLoops value{};
+};
+
+at::Tensor reduction_impl(
+    const ReductionKernel& kernel,
     const at::Tensor& input,
     const at::Tensor& weight,
     at::OptionalIntArrayRef dim,
     bool keepdim,
     std::optional<at::ScalarType> dtype);
 
-// Registers weighted_square_sum for one dispatch key, given that key's reduction loop.
-template <const WeightedSquareSumLoops& Loops, typename DeviceGuard = NoDeviceGuard>
-void register_weighted_square_sum_kernels(torch::Library& m) {
-  register_kernel<DeviceGuard, Loops, &weighted_square_sum_impl>(m, "weighted_square_sum");
+template <class Row, template <class> class LoopsOf>
+struct BoundReduction {
+  static constexpr ReductionKernel kernel{
+      .name = Row::name,
+      .loops = LoopsOf<typename Row::Term>::value,
+  };
+};
+
+// Registers every reduction operator of the table for one dispatch key, given that key's loops
+// (LoopsOf<Term>::value).
+template <template <class> class LoopsOf, typename DeviceGuard = NoDeviceGuard>
+void register_reduction_kernels(torch::Library& m) {
+#define CUSTOM_OPS_REGISTER_REDUCTION(name_, Term_) \
+  register_kernel<DeviceGuard, BoundReduction<rows::name_, LoopsOf>::kernel, &reduction_impl>(m, #name_);
+  CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_REGISTER_REDUCTION)
+#undef CUSTOM_OPS_REGISTER_REDUCTION
 }
 
 }  // namespace custom::detail

@@ -1,11 +1,11 @@
-// CPU loop of weighted_square_sum: out[o, i] = sum over r of w[o, r, i] * x[o, r, i]**2, on the
-// [outer, reduce, inner] views the frontend built (ops/weighted_square_sum_frontend.h), or with
-// `total` the sum of them all. `out` is of the accumulation dtype or the operands': the last write
-// rounds to it.
+// CPU loops of the reductions: out[o, i] = sum over r of Term::value(x[o, r, i], w[o, r, i]), on
+// the [outer, reduce, inner] views the frontend built (ops/reduction_frontend.h), or with `total`
+// the sum of them all, for every term. `out` is of the accumulation dtype or the operands': the
+// last write rounds to it.
 //
-// Like weighted_sum_kernel.cpp, this file is compiled once per instruction set (DEFAULT, AVX2 and,
-// as torch.sum is, AVX512; CMake sets CPU_CAPABILITY) and weighted_square_sum_cpu_dispatch.cpp
-// picks the one ATen runs.
+// Like elementwise_kernel.cpp, this file is compiled once per instruction set (DEFAULT, AVX2 and,
+// as torch.sum is, AVX512; CMake sets CPU_CAPABILITY) and reduction_cpu_dispatch.cpp picks the one
+// ATen runs.
 //
 // Order and accuracy. The reduce dimension is cut into chunks whose bounds depend on the shape
 // alone. Each chunk is summed into a partial, in series per accumulator lane (at most
@@ -19,7 +19,8 @@
 // - Rows: the reduce dimension is contiguous in the input (the weight's is too, or broadcast):
 //   full reductions and last-dimension sums. Vectorized along the reduce dimension. In a total
 //   whose weight is one row for all of x's rows (w [C] over x [R, C]), several rows to one
-//   accumulation, the weight factored out of each column's squares (shared_weight_total).
+//   accumulation; for a term that is the weight times a function of the input (its
+//   input_factor), the weight factored out of each column's sum (shared_weight_total).
 // - Columns: the inner dimension is contiguous (the weight's is too, or broadcast): first-
 //   dimension sums, and x.t() summed over its last dimension (see reduce_typed). Vectorized
 //   across inner, a chunk's rows added one after the other into sums that stay in the L1 cache.
@@ -31,10 +32,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <concepts>
 #include <memory>
 #include <type_traits>
 #include <vector>
 
+#include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE, the work ATen gives one task at least
 #include <ATen/core/Tensor.h>
@@ -43,14 +46,11 @@
 #include <c10/util/Unroll.h>
 #include <c10/util/irange.h>
 
+#include <custom_ops/operators.h>
+
 #include "kernels/cpu/cpu_loops.h"
 #include "ops/floating_types.h"
-#include "ops/weighted_square_sum_frontend.h"
-#include "ops/weighted_sum_math.h"
-
-namespace custom::cpu {
-CUSTOM_OPS_DECLARE_REDUCTION_CPU_LOOPS(detail::WeightedSquareSumLoops, weighted_square_sum_loops)
-}  // namespace custom::cpu
+#include "ops/reduction_frontend.h"
 
 namespace custom::cpu::CPU_CAPABILITY {
 namespace {
@@ -72,7 +72,7 @@ constexpr int64_t kColumnBlock = 1024;
 template <typename scalar_t>
 using Vec = at::vec::Vectorized<scalar_t>;
 template <typename scalar_t>
-using acc_t = math::weighted_square_sum_acc_t<scalar_t>;
+using acc_t = at::opmath_type<scalar_t>;
 template <typename scalar_t>
 using AccVec = Vec<acc_t<scalar_t>>;
 
@@ -82,8 +82,20 @@ constexpr int64_t kParts = Vec<scalar_t>::size() / AccVec<scalar_t>::size();
 template <typename scalar_t>
 using AccParts = std::array<AccVec<scalar_t>, kParts<scalar_t>>;
 
-constexpr math::WeightedSquareSumTerm term;
-constexpr math::WeightedSquare weighted_square;
+// One term, from operands in their storage type, in the accumulation type.
+template <class Term, typename scalar_t>
+C10_ALWAYS_INLINE acc_t<scalar_t> term(scalar_t x, scalar_t w) {
+  using acc = acc_t<scalar_t>;
+  return Term::value(static_cast<acc>(x), static_cast<acc>(w));
+}
+
+// A term that is the weight times a function of the input alone: value(x, w) == w *
+// input_factor(x) in real arithmetic, so a sum over a shared weight row may add input_factor(x)
+// down each column first and weight the column's sum once.
+template <class Term>
+concept FactorsWeight = requires(float x) {
+  { Term::input_factor(x) } -> std::same_as<float>;
+};
 
 template <typename scalar_t>
 AccParts<scalar_t> to_acc(const Vec<scalar_t>& v) {
@@ -129,15 +141,15 @@ AccParts<scalar_t> broadcast(scalar_t value) {
 template <typename scalar_t, int kLoads>
 using Accumulators = std::array<AccVec<scalar_t>, kLoads * kParts<scalar_t>>;
 
-// acc += w * (x * x): the scalar term's operation order, in the accumulation type. load_x(l) and
-// load_w(l) give the l-th Vec<scalar_t> of the input and of the weight as AccParts.
-template <typename scalar_t, int kLoads, typename LoadX, typename LoadW>
+// acc += Term::value(x, w) in the accumulation type. load_x(l) and load_w(l) give the l-th
+// Vec<scalar_t> of the input and of the weight as AccParts.
+template <class Term, typename scalar_t, int kLoads, typename LoadX, typename LoadW>
 C10_ALWAYS_INLINE void accumulate(Accumulators<scalar_t, kLoads>& acc, const LoadX& load_x, const LoadW& load_w) {
   c10::ForcedUnroll<kLoads>{}([&](auto load) {
     const AccParts<scalar_t> x = load_x(load);
     const AccParts<scalar_t> w = load_w(load);
     c10::ForcedUnroll<kParts<scalar_t>>{}(
-        [&](auto part) { acc[load * kParts<scalar_t> + part] += weighted_square(x[part], w[part]); });
+        [&](auto part) { acc[load * kParts<scalar_t> + part] += Term::value(x[part], w[part]); });
   });
 }
 
@@ -154,7 +166,7 @@ acc_t<scalar_t> sum_lanes(const Accumulators<scalar_t, kLoads>& acc) {
 // too (kWeightContiguous) or is w[0] throughout, and steps by w_row_stride from row to row.
 // Several rows a call: those of a total (summed together anyway) that share one weight row, where
 // a row's own lanes' sum and call would cost as much as its terms (w [1024] over x [R, 1024]).
-template <typename scalar_t, bool kWeightContiguous>
+template <class Term, typename scalar_t, bool kWeightContiguous>
 C10_NOINLINE acc_t<scalar_t> row_sum(
     const scalar_t* x, int64_t x_row_stride, const scalar_t* w, int64_t w_row_stride, int64_t n, int64_t rows) {
   using acc = acc_t<scalar_t>;
@@ -171,7 +183,7 @@ C10_NOINLINE acc_t<scalar_t> row_sum(
       const scalar_t* const w_row = w + row * w_row_stride;
       const AccParts<scalar_t> w_broadcast = broadcast(static_cast<scalar_t>(*w_row));
       for (int64_t i = 0; i < vector_end; i += kStep) {
-        accumulate<scalar_t, kLoads>(
+        accumulate<Term, scalar_t, kLoads>(
             acc, [&](int load) { return load_any_order(x_row + i + load * V::size()); },
             [&](int load) { return kWeightContiguous ? load_any_order(w_row + i + load * V::size()) : w_broadcast; });
       }
@@ -182,19 +194,20 @@ C10_NOINLINE acc_t<scalar_t> row_sum(
   acc tail = 0;
   for (int64_t row = 0; row < rows; ++row) {
     for (int64_t i = vector_end; i < n; ++i) {
-      tail += term(x[row * x_row_stride + i], w[row * w_row_stride + (kWeightContiguous ? i : 0)]);
+      tail += term<Term>(x[row * x_row_stride + i], w[row * w_row_stride + (kWeightContiguous ? i : 0)]);
     }
   }
   return sum + tail;
 }
 
 // The total of `rows` rows of `length` terms (input contiguous along them, rows * length <= kSerialTerms
-// * (lanes of the accumulators)) weighted by one shared row w, factored: per column the squares
-// down the rows first, then each column's sum times its weight, w[j] * sum_r x[r, j]**2. One load
-// and one FMA a term, as torch.sum's load and add, where w * (x * x) costs a weight load and a
-// multiply more. Exact in real arithmetic; the caller redoes a non-finite result term by term
-// (the column sums may overflow where the weighted terms would not).
-template <typename scalar_t>
+// * (lanes of the accumulators)) weighted by one shared row w, factored: per column the input
+// factors down the rows first, then each column's sum times its weight, w[j] * sum_r
+// input_factor(x[r, j]). For w * x**2, one load and one FMA a term, as torch.sum's load and add,
+// where the term costs a weight load and a multiply more. Exact in real arithmetic; the caller
+// redoes a non-finite result term by term (the column sums may overflow where the weighted terms
+// would not).
+template <FactorsWeight Term, typename scalar_t>
 C10_NOINLINE acc_t<scalar_t> shared_row_sum(
     const scalar_t* x, int64_t x_row_stride, const scalar_t* w, int64_t length, int64_t rows) {
   using acc = acc_t<scalar_t>;
@@ -202,46 +215,43 @@ C10_NOINLINE acc_t<scalar_t> shared_row_sum(
   constexpr int kLoads = kAccumulators / kParts<scalar_t>;
   constexpr int64_t kStep = kLoads * V::size();
   const int64_t vector_end = length / kStep * kStep;
-  // A column's squares add `rows` terms in series: more than kSerialTerms only in rows without a step.
+  // A column's sum adds `rows` terms in series: more than kSerialTerms only in rows without a step.
   TORCH_INTERNAL_ASSERT_DEBUG_ONLY(vector_end == 0 || rows <= kSerialTerms);
   acc sum = 0;
   if (vector_end > 0) {
     Accumulators<scalar_t, kLoads> total;
     total.fill(AccVec<scalar_t>(0));
     for (int64_t j = 0; j < vector_end; j += kStep) {
-      Accumulators<scalar_t, kLoads> squares;
-      squares.fill(AccVec<scalar_t>(0));
+      Accumulators<scalar_t, kLoads> factors;
+      factors.fill(AccVec<scalar_t>(0));
       for (int64_t row = 0; row < rows; ++row) {
         const scalar_t* const x_row = x + row * x_row_stride + j;
         c10::ForcedUnroll<kLoads>{}([&](auto load) {
           const AccParts<scalar_t> v = load_any_order(x_row + load * V::size());
-          c10::ForcedUnroll<kParts<scalar_t>>{}([&](auto part) {
-            auto& s = squares[load * kParts<scalar_t> + part];
-            s = at::vec::fmadd(v[part], v[part], s);
-          });
+          c10::ForcedUnroll<kParts<scalar_t>>{}(
+              [&](auto part) { factors[load * kParts<scalar_t> + part] += Term::input_factor(v[part]); });
         });
       }
       c10::ForcedUnroll<kLoads>{}([&](auto load) {
         const AccParts<scalar_t> weights = load_any_order(w + j + load * V::size());
         c10::ForcedUnroll<kParts<scalar_t>>{}([&](auto part) {
           const int k = load * kParts<scalar_t> + part;
-          total[k] = at::vec::fmadd(weights[part], squares[k], total[k]);
+          total[k] = at::vec::fmadd(weights[part], factors[k], total[k]);
         });
       });
     }
     sum = sum_lanes<scalar_t, kLoads>(total);
   }
-  // Rows shorter than a step come many to a call: their columns' squares are added in blocks of
+  // Rows shorter than a step come many to a call: their columns' factors are added in blocks of
   // kSerialTerms rows.
   acc tail = 0;
   for (int64_t j = vector_end; j < length; ++j) {
     for (int64_t r0 = 0; r0 < rows; r0 += kSerialTerms) {
-      acc squares = 0;
+      acc factors = 0;
       for (int64_t row = r0; row < std::min(rows, r0 + kSerialTerms); ++row) {
-        const acc v = static_cast<acc>(x[row * x_row_stride + j]);
-        squares += v * v;
+        factors += Term::input_factor(static_cast<acc>(x[row * x_row_stride + j]));
       }
-      tail += static_cast<acc>(w[j]) * squares;
+      tail += static_cast<acc>(w[j]) * factors;
     }
   }
   return sum + tail;
@@ -256,7 +266,7 @@ constexpr int kColumnRows = 4;
 // rows at a time (then row by row), with the sums in dst: each row is one sequential read, which
 // the hardware prefetches (a tile of columns held in registers down all the rows would jump a
 // row's stride, and often a page, per load). The rows of a group are added pairwise, then to dst.
-template <typename scalar_t, bool kWeightContiguous>
+template <class Term, typename scalar_t, bool kWeightContiguous>
 C10_NOINLINE void column_sums(
     const scalar_t* x,
     int64_t x_row_stride,
@@ -273,7 +283,7 @@ C10_NOINLINE void column_sums(
                          int64_t i) {
     AccParts<scalar_t> t = to_acc(V::loadu(x_row + i));
     const AccParts<scalar_t> w_parts = kWeightContiguous ? to_acc(V::loadu(w_row + i)) : w_broadcast;
-    c10::ForcedUnroll<kParts<scalar_t>>{}([&](auto part) { t[part] = weighted_square(t[part], w_parts[part]); });
+    c10::ForcedUnroll<kParts<scalar_t>>{}([&](auto part) { t[part] = Term::value(t[part], w_parts[part]); });
     return t;
   };
   int64_t r = 0;
@@ -299,7 +309,7 @@ C10_NOINLINE void column_sums(
       });
     }
     for (; i < width; ++i) {
-      const auto at = [&](int k) { return term(xr[k][i], wr[k][kWeightContiguous ? i : 0]); };
+      const auto at = [&](int k) { return term<Term>(xr[k][i], wr[k][kWeightContiguous ? i : 0]); };
       dst[i] += (at(0) + at(1)) + (at(2) + at(3));
     }
   }
@@ -316,7 +326,7 @@ C10_NOINLINE void column_sums(
       });
     }
     for (; i < width; ++i) {
-      dst[i] += term(x_row[i], w_row[kWeightContiguous ? i : 0]);
+      dst[i] += term<Term>(x_row[i], w_row[kWeightContiguous ? i : 0]);
     }
   }
 }
@@ -455,7 +465,7 @@ bool contiguous_or_broadcast(int64_t stride) {
 }
 
 // out[o, i] = the sum over r, into out [outer, inner] (of out_t: acc or scalar_t), by the layout's path.
-template <typename scalar_t, typename out_t>
+template <class Term, typename scalar_t, typename out_t>
 void reduce_layout(at::Tensor input, at::Tensor weight, out_t* out) {
   using acc = acc_t<scalar_t>;
   // With one inner column, out [outer, 1] is also [1, outer]: an outer dimension that is
@@ -476,7 +486,7 @@ void reduce_layout(at::Tensor input, at::Tensor weight, out_t* out) {
     const auto sum_columns = [&](auto weight_contiguous) {
       constexpr bool kWeightContiguous = decltype(weight_contiguous)::value;
       const auto sum_chunk = [&](int64_t o, int64_t r0, int64_t r1, int64_t i0, int64_t i1, acc* dst) {
-        column_sums<scalar_t, kWeightContiguous>(
+        column_sums<Term, scalar_t, kWeightContiguous>(
             x + xs.at(o, r0, i0), xs.reduce, w + ws.at(o, r0, i0), ws.reduce, r1 - r0, i1 - i0, dst);
       };
       reduce_in_chunks<acc>(outer, reduce, inner, kSerialTerms, kColumnBlock, out, sum_chunk);
@@ -490,7 +500,7 @@ void reduce_layout(at::Tensor input, at::Tensor weight, out_t* out) {
       const auto sum_chunk = [&](int64_t o, int64_t r0, int64_t r1, int64_t i0, int64_t i1, acc* dst) {
         for (int64_t i = i0; i < i1; ++i) {
           dst[i - i0] =
-              row_sum<scalar_t, kWeightContiguous>(x + xs.at(o, r0, i), 0, w + ws.at(o, r0, i), 0, r1 - r0, 1);
+              row_sum<Term, scalar_t, kWeightContiguous>(x + xs.at(o, r0, i), 0, w + ws.at(o, r0, i), 0, r1 - r0, 1);
         }
       };
       reduce_in_chunks<acc>(outer, reduce, inner, kChunk, 1, out, sum_chunk);
@@ -502,7 +512,7 @@ void reduce_layout(at::Tensor input, at::Tensor weight, out_t* out) {
       // Rows outermost: the order of the columns path, and the better one for a small inner stride.
       for (int64_t r = r0; r < r1; ++r) {
         for (int64_t i = i0; i < i1; ++i) {
-          dst[i - i0] += term(x[xs.at(o, r, i)], w[ws.at(o, r, i)]);
+          dst[i - i0] += term<Term>(x[xs.at(o, r, i)], w[ws.at(o, r, i)]);
         }
       }
     };
@@ -514,7 +524,7 @@ void reduce_layout(at::Tensor input, at::Tensor weight, out_t* out) {
 // taken whole, as many to one accumulation as the serial bound allows, so that the reads run
 // through x in order; rows longer than that chunked along C. Then one pairwise tree. Each group's
 // weight factored out of its columns (shared_row_sum); where that overflows, term by term (row_sum).
-template <typename scalar_t>
+template <FactorsWeight Term, typename scalar_t>
 acc_t<scalar_t> shared_weight_total(const at::Tensor& input, const at::Tensor& weight) {
   using acc = acc_t<scalar_t>;
   // The terms of one accumulation: every accumulator lane adds kSerialTerms of them.
@@ -533,56 +543,68 @@ acc_t<scalar_t> shared_weight_total(const at::Tensor& input, const at::Tensor& w
       const int64_t first = group * group_rows;
       const scalar_t* const x_group = x + first * x_row_stride + r0;
       const int64_t group_size = std::min(group_rows, rows - first);
-      *dst = decltype(factored)::value ? shared_row_sum<scalar_t>(x_group, x_row_stride, w + r0, r1 - r0, group_size)
-                                       : row_sum<scalar_t, true>(x_group, x_row_stride, w + r0, 0, r1 - r0, group_size);
+      *dst = decltype(factored)::value
+          ? shared_row_sum<Term, scalar_t>(x_group, x_row_stride, w + r0, r1 - r0, group_size)
+          : row_sum<Term, scalar_t, true>(x_group, x_row_stride, w + r0, 0, r1 - r0, group_size);
     };
     reduce_in_chunks<acc>(groups, length, 1, kChunk, 1, values, sum_chunk);
     return tree_sum(values, groups);
   };
   const acc factored = total(std::true_type{});
-  // Squares summed before their weights can overflow where the weighted terms would not (x**2
+  // Factors summed before their weights can overflow where the weighted terms would not (factors
   // near the type's limit, small weights; or a zero weight times an overflowed column: NaN).
   return std::isfinite(factored) ? factored : total(std::false_type{});
 }
 
-template <typename scalar_t, typename out_t>
-void reduce_typed(const detail::WeightedSquareSumReduction& args) {
+template <class Term, typename scalar_t, typename out_t>
+void reduce_typed(const detail::Reduction& args) {
   using acc = acc_t<scalar_t>;
   out_t* const out = args.out.mutable_data_ptr<out_t>();
   if (!args.total) {
-    reduce_layout<scalar_t>(args.input, args.weight, out);
+    reduce_layout<Term, scalar_t>(args.input, args.weight, out);
     return;
   }
-  const auto& x = args.input;
-  const auto& w = args.weight;
-  if (x.size(2) == 1 && x.size(0) > 1 && x.stride(1) == 1 && w.stride(1) == 1 && w.stride(0) == 0) {
-    *out = static_cast<out_t>(shared_weight_total<scalar_t>(x, w));
-    return;
+  if constexpr (FactorsWeight<Term>) {
+    const auto& x = args.input;
+    const auto& w = args.weight;
+    if (x.size(2) == 1 && x.size(0) > 1 && x.stride(1) == 1 && w.stride(1) == 1 && w.stride(0) == 0) {
+      *out = static_cast<out_t>(shared_weight_total<Term, scalar_t>(x, w));
+      return;
+    }
   }
   // The [outer, inner] sums, then one pairwise tree over them all.
   const int64_t n = args.input.size(0) * args.input.size(2);
   const auto sums = std::unique_ptr<acc[]>(new acc[n]);
-  reduce_layout<scalar_t>(args.input, args.weight, sums.get());
+  reduce_layout<Term, scalar_t>(args.input, args.weight, sums.get());
   *out = static_cast<out_t>(tree_sum(sums.get(), n));
 }
 
-void reduce(const detail::WeightedSquareSumReduction& args) {
+template <class Term>
+void reduce(const detail::Reduction& args) {
   TORCH_INTERNAL_ASSERT(args.input.dim() == 3 && args.weight.sizes() == args.input.sizes());
   TORCH_INTERNAL_ASSERT(args.input.scalar_type() == args.weight.scalar_type() && args.out.is_contiguous());
   TORCH_INTERNAL_ASSERT(args.out.numel() == (args.total ? 1 : args.input.size(0) * args.input.size(2)));
-  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(args.input.scalar_type(), "weighted_square_sum_cpu", [&] {
+  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(args.input.scalar_type(), "reduction_cpu", [&] {
     using acc = acc_t<scalar_t>;
     if (args.out.scalar_type() == c10::CppTypeToScalarType<acc>::value) {
-      reduce_typed<scalar_t, acc>(args);
+      reduce_typed<Term, scalar_t, acc>(args);
     } else {
       TORCH_INTERNAL_ASSERT(args.out.scalar_type() == args.input.scalar_type());
-      reduce_typed<scalar_t, scalar_t>(args);
+      reduce_typed<Term, scalar_t, scalar_t>(args);
     }
   });
 }
 
 }  // namespace
 
-const detail::WeightedSquareSumLoops weighted_square_sum_loops{.reduce = reduce};
+template <class Term>
+const detail::ReductionLoops& reduction_loops() {
+  static constexpr detail::ReductionLoops loops{.reduce = reduce<Term>};
+  return loops;
+}
+
+#define CUSTOM_OPS_INSTANTIATE(Term_, backward_) template const detail::ReductionLoops& reduction_loops<terms::Term_>();
+CUSTOM_OPS_TERMS(CUSTOM_OPS_INSTANTIATE)
+#undef CUSTOM_OPS_INSTANTIATE
 
 }  // namespace custom::cpu::CPU_CAPABILITY

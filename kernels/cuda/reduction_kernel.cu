@@ -1,89 +1,47 @@
-// The CUDA reduction of weighted_square_sum: out[o, i] = sum over r of w * x**2 on the frontend's
-// [outer, reduce, inner] views, or with `total` the one sum of them all. The frontend has checked
-// the arguments and chosen the views; this file only reduces. One pass over the operands, in at
-// most two deterministic stages: stage 1 writes partial sums to a buffer in a layout fixed by the
-// shape, stage 2 adds them in a fixed tree, so every run gives the same bits. A total fuses
-// stage 2 into stage 1: the last block to finish (found with an atomic counter, the only atomic:
-// it decides who adds, never in which order; the stream's own counter, stream_counter) adds
-// every partial in a fixed order.
-// weighted_square_sum_plan.h picks the kernel (Rows or Tiles) and the cut of the reduced dim; each
-// term is math::WeightedSquareSumTerm, summed in its accumulation type (float32 for
-// float16/bfloat16/float32, float64 for float64). The last write rounds to out's dtype, the
-// accumulation one or the operands' (float16/bfloat16), once.
+// The CUDA loops of the reductions: out[o, i] = sum over r of Term::value(x, w) on the frontend's
+// [outer, reduce, inner] views, or with `total` the one sum of them all, for every reduction's
+// term. The frontend has checked the arguments and chosen the views; this file only reduces. One
+// pass over the operands, in at most two deterministic stages: stage 1 writes partial sums to a
+// buffer in a layout fixed by the shape, stage 2 adds them in a fixed tree, so every run gives the
+// same bits. A total fuses stage 2 into stage 1: the last block to finish (found with an atomic
+// counter, the only atomic: it decides who adds, never in which order) adds every partial in a
+// fixed order.
+// reduction_plan.h picks the kernel (Rows or Tiles) and the cut of the reduced dim; each term is
+// Term::value in the accumulation type (at::opmath_type: float32 for float16/bfloat16/float32,
+// float64 for float64), summed in it. The last write rounds to out's dtype, the accumulation one
+// or the operands' (float16/bfloat16), once.
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 
 #include <cuda_runtime_api.h>
 
 #include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
 #include <ATen/ceil_div.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/DeviceUtils.cuh>
-#include <ATen/native/cuda/MemoryAccess.cuh>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
 #include "kernels/cuda/cuda_device_guard.h"
-#include "kernels/cuda/weighted_square_sum_plan.h"
+#include "kernels/cuda/reduction_plan.h"
+#include "kernels/cuda/vectorized_access.cuh"
 #include "ops/floating_types.h"
-#include "ops/weighted_square_sum_frontend.h"
-#include "ops/weighted_sum_math.h"
+#include "ops/reduction_frontend.h"
 
 namespace custom {
 namespace {
 
-// A device counter per CUDA stream, for kernels whose blocks count themselves to find the last
-// one (weighted_square_sum's totals). Such a counter must read zero at launch; one of its own per
-// call costs a memset on the stream before each launch, a visible share of a large total
-// (docs/benchmarks.md). A stream's counter needs none: kernels on one stream run one after another,
-// and each leaves the counter at zero again (its last block resets it).
-
-// Keyed by the stream's handle and device (the legacy default stream has the same handle on
-// every device). Never freed: 4 bytes a stream, and no CUDA call at process exit.
-struct Counters {
-  std::mutex mutex;
-  std::unordered_map<std::uintptr_t, unsigned int*> by_stream[C10_COMPILE_TIME_MAX_GPUS];
-};
-
-Counters& counters() {
-  static auto* const instance = new Counters;
-  return *instance;
-}
-
-// The counter of `stream` (on the stream's device): zero before the stream's next kernel, as long
-// as every kernel that counts on it resets it. nullptr while `stream` is being captured into a
-// CUDA graph: a graph may replay on any stream, next to this one's own work, so a captured
-// kernel needs a counter of its own, zeroed in the graph.
-unsigned int* stream_counter(const c10::cuda::CUDAStream& stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(stream.stream(), &status));
-  if (status != cudaStreamCaptureStatusNone) {
-    return nullptr;
-  }
-  auto& all = counters();
-  const std::lock_guard<std::mutex> lock(all.mutex);
-  auto& counter = all.by_stream[stream.device_index()][reinterpret_cast<std::uintptr_t>(stream.stream())];
-  if (counter == nullptr) {
-    unsigned int* fresh = nullptr;
-    C10_CUDA_CHECK(cudaMalloc(&fresh, sizeof(unsigned int)));
-    // Queued on the stream itself: zero before the first kernel that counts on it.
-    C10_CUDA_CHECK(cudaMemsetAsync(fresh, 0, sizeof(unsigned int), stream.stream()));
-    counter = fresh;
-  }
-  return counter;
-}
-
-namespace square_sum = cuda::square_sum;
-using square_sum::kThreads;
-using square_sum::kWarp;
-using square_sum::kWarpsPerBlock;
+namespace reduction = cuda::reduction;
+using cuda::kVectorSize;
+using cuda::Vector;
+using reduction::kThreads;
+using reduction::kWarp;
+using reduction::kWarpsPerBlock;
 // At most 64 registers a thread: 32 warps an SM, enough loads in flight to cover HBM latency.
 constexpr int kMinBlocksPerSm = 4;
 // A grid-stride loop covers the rest: every kernel's work item writes its own partial, so the
@@ -91,10 +49,14 @@ constexpr int kMinBlocksPerSm = 4;
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;
 
 template <typename scalar_t>
-using acc_t = math::weighted_square_sum_acc_t<scalar_t>;
+using acc_t = at::opmath_type<scalar_t>;
 
-template <typename scalar_t>
-constexpr int kVec = static_cast<int>(square_sum::kVectorBytes / sizeof(scalar_t));
+// One term, from operands in their storage type, in the accumulation type.
+template <class Term, typename scalar_t>
+__device__ __forceinline__ acc_t<scalar_t> term(scalar_t x, scalar_t w) {
+  using acc = acc_t<scalar_t>;
+  return Term::value(static_cast<acc>(x), static_cast<acc>(w));
+}
 
 // 16-byte loads each thread has in flight before it adds them, over both operands (one when the
 // weight is fixed): fewer for 16-bit types, whose 8 floats a load become would otherwise spill
@@ -105,17 +67,14 @@ constexpr int kUnroll = (sizeof(scalar_t) == 2 ? 4 : 8) / (kWeightFixed ? 1 : 2)
 // Partials stage 2 has in flight per thread: its few loads a thread are otherwise one latency each.
 constexpr int kChunkLoads = 8;
 
-template <typename scalar_t, int kN>
-using Group = at::native::memory::aligned_vector<scalar_t, kN>;
-
 // kN consecutive (stride 1) or strided elements: one 16-byte load when kVectorized (the
 // caller checked alignment), else element by element, zeros past `valid`.
 template <bool kVectorized, int kN, typename scalar_t>
-__device__ __forceinline__ Group<scalar_t, kN> load_group(const scalar_t* p, int64_t stride = 1, int valid = kN) {
+__device__ __forceinline__ Vector<scalar_t, kN> load_group(const scalar_t* p, int64_t stride = 1, int valid = kN) {
   if constexpr (kVectorized) {
-    return *reinterpret_cast<const Group<scalar_t, kN>*>(p);
+    return cuda::load_vector<kN>(p);
   } else {
-    Group<scalar_t, kN> g;
+    Vector<scalar_t, kN> g;
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
       g.val[j] = j < valid ? p[j * stride] : scalar_t(0);
@@ -170,8 +129,7 @@ __device__ __forceinline__ T block_sum(T value, T* shared) {
 template <typename acc, typename out_t>
 struct TotalArgs {
   acc* partial;  // [partials]; nullptr: a single work item, which writes out itself
-  // Zero at launch, and zero again when the last block is done (a stream's counter serves every
-  // launch on it); nullptr: stage 2 passes add the partials.
+  // Zero at launch; nullptr: stage 2 passes add the partials.
   unsigned int* counter;
   out_t* out;  // one element
   int64_t partials;
@@ -206,9 +164,6 @@ __device__ __forceinline__ void finish_total(const TotalArgs<acc, out_t>& a, acc
     // Thread 0 stored this block's partials: they reach device scope before the count does.
     __threadfence();
     last = atomicAdd(a.counter, 1u) == gridDim.x * gridDim.y - 1;
-    if (last) {
-      *a.counter = 0;  // every block has counted: the next launch on the stream starts from zero
-    }
   }
   __syncthreads();
   if (!last) {
@@ -255,10 +210,10 @@ struct RowsArgs {
 // Lane `lane` of a warp adds its terms of segment s into sums: element j of groups lane, lane +
 // 32, ... into sums[j] (kN chains of count / (32 kN)), a tail element into sums[0].
 // kWeightFixed: one weight per row (a weight broadcast along the reduced dim).
-template <typename scalar_t, bool kVectorized, bool kWeightFixed>
+template <class Term, typename scalar_t, bool kVectorized, bool kWeightFixed>
 __device__ __forceinline__ void add_segment(
-    const RowsArgs<scalar_t>& a, int64_t s, int lane, acc_t<scalar_t> (&sums)[kVec<scalar_t>]) {
-  constexpr int kN = kVec<scalar_t>;
+    const RowsArgs<scalar_t>& a, int64_t s, int lane, acc_t<scalar_t> (&sums)[kVectorSize<scalar_t>]) {
+  constexpr int kN = kVectorSize<scalar_t>;
   const int64_t row = s / a.splits;
   const int64_t begin = (s % a.splits) * a.segment;
   const int64_t count = std::min(a.segment, a.length - begin);
@@ -272,8 +227,8 @@ __device__ __forceinline__ void add_segment(
   // keeps all their loads in flight together (ptxas serializes the checked ones).
   const auto batch = [&](int64_t g0, auto checked) {
     constexpr bool kChecked = decltype(checked)::value;
-    Group<scalar_t, kN> xg[kU];
-    Group<scalar_t, kN> wg[kU];
+    Vector<scalar_t, kN> xg[kU];
+    Vector<scalar_t, kN> wg[kU];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t g = g0 + u * kWarp;
@@ -289,7 +244,7 @@ __device__ __forceinline__ void add_segment(
       if (!kChecked || g0 + u * kWarp < groups) {
 #pragma unroll
         for (int j = 0; j < kN; ++j) {
-          sums[j] += math::WeightedSquareSumTerm{}(xg[u].val[j], kWeightFixed ? fixed_w : wg[u].val[j]);
+          sums[j] += term<Term>(xg[u].val[j], kWeightFixed ? fixed_w : wg[u].val[j]);
         }
       }
     }
@@ -305,20 +260,20 @@ __device__ __forceinline__ void add_segment(
   // The last count % kN elements of a row whose length is not a multiple of kN.
   const int64_t tail = groups * kN + lane;
   if (tail < count) {
-    sums[0] += math::WeightedSquareSumTerm{}(x[tail], kWeightFixed ? fixed_w : w[tail]);
+    sums[0] += term<Term>(x[tail], kWeightFixed ? fixed_w : w[tail]);
   }
 }
 
 // out[s] = the sum of segment s, one warp each (out: the partials [rows, splits], or the result
 // itself when splits == 1).
-template <typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
+template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_kernel(RowsArgs<scalar_t> a, out_t* out) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   for (int64_t s = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; s < a.segments;
        s += warps) {
-    acc_t<scalar_t> sums[kVec<scalar_t>] = {};
-    add_segment<scalar_t, kVectorized, kWeightFixed>(a, s, lane, sums);
+    acc_t<scalar_t> sums[kVectorSize<scalar_t>] = {};
+    add_segment<Term, scalar_t, kVectorized, kWeightFixed>(a, s, lane, sums);
     const auto sum = warp_sum(group_sum(sums));
     if (lane == 0) {
       out[s] = static_cast<out_t>(sum);
@@ -328,20 +283,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_kernel(RowsArg
 
 // A total on Rows: block work item p's warp k adds segments [(p * kWarpsPerBlock + k) * run, ...
 // + run) into its lanes' sums; the block's sum is partial p.
-template <typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
+template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_total_kernel(
     RowsArgs<scalar_t> a, int64_t run, TotalArgs<acc_t<scalar_t>, out_t> total) {
   using acc = acc_t<scalar_t>;
   __shared__ acc shared[kWarpsPerBlock];
   const int64_t p = total_item();
   if (p < total.partials) {
-    acc sums[kVec<scalar_t>] = {};
+    acc sums[kVectorSize<scalar_t>] = {};
     const int64_t first = (p * kWarpsPerBlock + threadIdx.x / kWarp) * run;
     // run <= kMaxSerial: a 32-bit count.
     const int count = static_cast<int>(std::clamp<int64_t>(a.segments - first, 0, run));
 #pragma unroll 1
     for (int k = 0; k < count; ++k) {
-      add_segment<scalar_t, kVectorized, kWeightFixed>(a, first + k, threadIdx.x % kWarp, sums);
+      add_segment<Term, scalar_t, kVectorized, kWeightFixed>(a, first + k, threadIdx.x % kWarp, sums);
     }
     const acc sum = block_sum(group_sum(sums), shared);
     if (threadIdx.x == 0) {
@@ -370,9 +325,9 @@ __device__ __forceinline__ float2 widen_pair(uint32_t word) {
 // compiler forget its value: left to itself, it widens the held weights once, ahead of the row
 // loop, and their 32 floats a lane spill under 64 registers (ptxas, sm_90). So each word is
 // widened where used, its pair at a time.
-template <typename scalar_t, int kN>
+template <class Term, typename scalar_t, int kN>
 __device__ __forceinline__ void add_held_weight_terms(
-    const Group<scalar_t, kN>& x, const Group<scalar_t, kN>& w, acc_t<scalar_t> (&sums)[kN]) {
+    const Vector<scalar_t, kN>& x, const Vector<scalar_t, kN>& w, acc_t<scalar_t> (&sums)[kN]) {
   if constexpr (sizeof(scalar_t) == 2) {
     uint32_t x_words[kN / 2];
     uint32_t w_words[kN / 2];
@@ -384,14 +339,14 @@ __device__ __forceinline__ void add_held_weight_terms(
       asm volatile("" : "+r"(w_word));
       const float2 xs = widen_pair<scalar_t>(x_words[k]);
       const float2 ws = widen_pair<scalar_t>(w_word);
-      // WeightedSquareSumTerm on the widened pair.
-      sums[2 * k] += math::WeightedSquare{}(xs.x, ws.x);
-      sums[2 * k + 1] += math::WeightedSquare{}(xs.y, ws.y);
+      // term() on the widened pair.
+      sums[2 * k] += Term::value(xs.x, ws.x);
+      sums[2 * k + 1] += Term::value(xs.y, ws.y);
     }
   } else {
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
-      sums[j] += math::WeightedSquareSumTerm{}(x.val[j], w.val[j]);
+      sums[j] += term<Term>(x.val[j], w.val[j]);
     }
   }
 }
@@ -400,18 +355,18 @@ __device__ __forceinline__ void add_held_weight_terms(
 // elements (plan.weight_in_registers(): x [R, C], w [C], rows not cut). Each lane loads its groups of
 // the weight row once, then for every row of its warp's run loads only its groups of x, all in
 // flight together: twice the bytes of x in flight of add_segment, which also loads w each row.
-template <typename scalar_t, typename out_t>
+template <class Term, typename scalar_t, typename out_t>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) shared_weight_rows_total_kernel(
     RowsArgs<scalar_t> a, int64_t run, TotalArgs<acc_t<scalar_t>, out_t> total) {
   using acc = acc_t<scalar_t>;
-  constexpr int kN = kVec<scalar_t>;
-  constexpr int kG = square_sum::kWeightRegisterGroups;
+  constexpr int kN = kVectorSize<scalar_t>;
+  constexpr int kG = reduction::kWeightRegisterGroups;
   __shared__ acc shared[kWarpsPerBlock];
   const int64_t p = total_item();
   if (p < total.partials) {
     const int lane = threadIdx.x % kWarp;
     const int64_t groups = a.length / kN;
-    Group<scalar_t, kN> wg[kG];
+    Vector<scalar_t, kN> wg[kG];
 #pragma unroll
     for (int u = 0; u < kG; ++u) {
       if (lane + u * kWarp < groups) {
@@ -428,7 +383,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) shared_weight_rows_
 #pragma unroll 1
     for (int k = 0; k < count; ++k) {
       const scalar_t* x = a.input + (first + k) * a.input_row_stride;
-      Group<scalar_t, kN> xg[kG];
+      Vector<scalar_t, kN> xg[kG];
 #pragma unroll
       for (int u = 0; u < kG; ++u) {
         if (lane + u * kWarp < groups) {
@@ -438,11 +393,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) shared_weight_rows_
 #pragma unroll
       for (int u = 0; u < kG; ++u) {
         if (lane + u * kWarp < groups) {
-          add_held_weight_terms(xg[u], wg[u], sums);
+          add_held_weight_terms<Term>(xg[u], wg[u], sums);
         }
       }
       if (tail < a.length) {
-        sums[0] += math::WeightedSquareSumTerm{}(x[tail], w_tail);
+        sums[0] += term<Term>(x[tail], w_tail);
       }
     }
     const acc sum = block_sum(group_sum(sums), shared);
@@ -470,7 +425,7 @@ struct Tiles {
   int row_threads;
 };
 
-Tiles tiles_argument(const square_sum::TilesPlan& p) {
+Tiles tiles_argument(const reduction::TilesPlan& p) {
   return {
       p.reduce,
       p.inner,
@@ -555,20 +510,20 @@ __device__ __forceinline__ void for_each_tile(const Tiles& t, out_t* dst, const 
 // A thread's terms of a tile (its span) added into sums. kVectorized: inner contiguous, every
 // group 16-byte aligned. kWeightFixed: the weight is constant along reduce, so the group's weights
 // are read once per tile.
-template <typename scalar_t, bool kVectorized, bool kWeightFixed>
+template <class Term, typename scalar_t, bool kVectorized, bool kWeightFixed>
 __device__ __forceinline__ void add_tile_rows(
     const Tiles& t,
     const scalar_t* input,
     const scalar_t* weight,
     const TileSpan& span,
-    acc_t<scalar_t> (&sums)[kVec<scalar_t>]) {
-  constexpr int kN = kVec<scalar_t>;
+    acc_t<scalar_t> (&sums)[kVectorSize<scalar_t>]) {
+  constexpr int kN = kVectorSize<scalar_t>;
   const int64_t* xs = t.input_strides;
   const int64_t* ws = t.weight_strides;
   const scalar_t* x = input + span.o * xs[0] + span.i * xs[2];
   const scalar_t* w = weight + span.o * ws[0] + span.i * ws[2];
   const int valid = span.valid;
-  Group<scalar_t, kN> fixed_w;
+  Vector<scalar_t, kN> fixed_w;
   if constexpr (kWeightFixed) {
     fixed_w = load_group<false, kN>(w, ws[2], valid);
   }
@@ -578,8 +533,8 @@ __device__ __forceinline__ void add_tile_rows(
   // kU rows, step apart: every load first, then the adds in row order; as add_segment's batches.
   const auto batch = [&](int64_t r, auto checked) {
     constexpr bool kChecked = decltype(checked)::value;
-    Group<scalar_t, kN> xg[kU];
-    Group<scalar_t, kN> wg[kU];
+    Vector<scalar_t, kN> xg[kU];
+    Vector<scalar_t, kN> wg[kU];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t row = r + u * step;
@@ -597,7 +552,7 @@ __device__ __forceinline__ void add_tile_rows(
         for (int j = 0; j < kN; ++j) {
           // Skip the padding of a partial group: w * 0 is not 0 for an infinite w.
           if (kVectorized || j < valid) {
-            sums[j] += math::WeightedSquareSumTerm{}(xg[u].val[j], kWeightFixed ? fixed_w.val[j] : wg[u].val[j]);
+            sums[j] += term<Term>(xg[u].val[j], kWeightFixed ? fixed_w.val[j] : wg[u].val[j]);
           }
         }
       }
@@ -619,21 +574,21 @@ __device__ __forceinline__ void add_tile_rows(
 }
 
 // Stage 1 on Tiles: out [outer, chunks, inner] (the result itself when chunks == 1).
-template <typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
+template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) tiles_kernel(
     Tiles t, const scalar_t* input, const scalar_t* weight, out_t* out) {
-  for_each_tile<kVec<scalar_t>, acc_t<scalar_t>>(t, out, [&](const TileSpan& span, auto& sums) {
-    add_tile_rows<scalar_t, kVectorized, kWeightFixed>(t, input, weight, span, sums);
+  for_each_tile<kVectorSize<scalar_t>, acc_t<scalar_t>>(t, out, [&](const TileSpan& span, auto& sums) {
+    add_tile_rows<Term, scalar_t, kVectorized, kWeightFixed>(t, input, weight, span, sums);
   });
 }
 
 // A total on Tiles: block work item p adds tiles [p * run, (p + 1) * run) into its threads' sums;
 // the block's sum is partial p.
-template <typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
+template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) tiles_total_kernel(
     Tiles t, const scalar_t* input, const scalar_t* weight, int64_t run, TotalArgs<acc_t<scalar_t>, out_t> total) {
   using acc = acc_t<scalar_t>;
-  constexpr int kN = kVec<scalar_t>;
+  constexpr int kN = kVectorSize<scalar_t>;
   __shared__ acc shared[kWarpsPerBlock];
   const int64_t p = total_item();
   if (p < total.partials) {
@@ -643,7 +598,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) tiles_total_kernel(
     for (int k = 0; k < count; ++k) {
       const TileSpan span = tile_span<kN>(t, p * run + k, threadIdx.x % t.col_threads, threadIdx.x / t.col_threads);
       if (span.valid > 0) {
-        add_tile_rows<scalar_t, kVectorized, kWeightFixed>(t, input, weight, span, sums);
+        add_tile_rows<Term, scalar_t, kVectorized, kWeightFixed>(t, input, weight, span, sums);
       }
     }
     const acc sum = block_sum(group_sum(sums), shared);
@@ -696,24 +651,24 @@ void with_flags(bool a, bool b, const F& f) {
 }
 
 template <typename scalar_t>
-RowsArgs<scalar_t> rows_argument(const square_sum::RowsPlan& r, const scalar_t* x, const scalar_t* w) {
+RowsArgs<scalar_t> rows_argument(const reduction::RowsPlan& r, const scalar_t* x, const scalar_t* w) {
   return {x, w, r.length, r.input_row_stride, r.weight_row_stride, r.splits, r.segment, r.rows * r.splits};
 }
 
 // Stage 1, not total: out gets one value per (output, chunk).
-template <typename scalar_t, typename out_t>
-void launch_stage1(const square_sum::Plan& plan, const scalar_t* x, const scalar_t* w, out_t* out) {
+template <class Term, typename scalar_t, typename out_t>
+void launch_stage1(const reduction::Plan& plan, const scalar_t* x, const scalar_t* w, out_t* out) {
   const auto stream = at::cuda::getCurrentCUDAStream();
   with_flags(plan.vectorized, plan.weight_fixed, [&](auto vectorized, auto weight_fixed) {
     constexpr bool kVectorized = decltype(vectorized)::value;
     constexpr bool kWeightFixed = decltype(weight_fixed)::value;
-    if (plan.layout == square_sum::Layout::Rows) {
+    if (plan.layout == reduction::Layout::Rows) {
       const auto args = rows_argument(plan.rows, x, w);
       const auto grid = grid_for(at::ceil_div<int64_t>(args.segments, kWarpsPerBlock));
-      rows_kernel<scalar_t, out_t, kVectorized, kWeightFixed><<<grid, kThreads, 0, stream>>>(args, out);
+      rows_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed><<<grid, kThreads, 0, stream>>>(args, out);
     } else {
       const auto t = tiles_argument(plan.tiles);
-      tiles_kernel<scalar_t, out_t, kVectorized, kWeightFixed>
+      tiles_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed>
           <<<grid_for(t.tiles), kThreads, 0, stream>>>(t, x, w, out);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -722,31 +677,32 @@ void launch_stage1(const square_sum::Plan& plan, const scalar_t* x, const scalar
 
 // Stage 1 of a total: one partial per block work item, added by the last block when `total` has
 // a counter.
-template <typename scalar_t, typename out_t>
+template <class Term, typename scalar_t, typename out_t>
 void launch_total_stage1(
-    const square_sum::Plan& plan,
+    const reduction::Plan& plan,
     const scalar_t* x,
     const scalar_t* w,
-    const TotalArgs<acc_t<scalar_t>, out_t>& total) {
+    const TotalArgs<acc_t<scalar_t>, out_t>& total,
+    const char* name) {
   const auto stream = at::cuda::getCurrentCUDAStream();
   const auto x_blocks = std::min(plan.partials, kMaxBlocks);
   const auto y_blocks = at::ceil_div(plan.partials, x_blocks);
-  TORCH_CHECK(y_blocks <= 65535, "custom::weighted_square_sum: a reduction too large for one CUDA grid");
+  TORCH_CHECK(y_blocks <= 65535, name, ": a reduction too large for one CUDA grid");
   const dim3 grid(static_cast<unsigned int>(x_blocks), static_cast<unsigned int>(y_blocks));
   with_flags(plan.vectorized, plan.weight_fixed, [&](auto vectorized, auto weight_fixed) {
     constexpr bool kVectorized = decltype(vectorized)::value;
     constexpr bool kWeightFixed = decltype(weight_fixed)::value;
-    if (plan.layout == square_sum::Layout::Rows && plan.weight_in_registers()) {
+    if (plan.layout == reduction::Layout::Rows && plan.weight_in_registers()) {
       TORCH_INTERNAL_ASSERT(plan.vectorized && !plan.weight_fixed);
       if constexpr (kVectorized && !kWeightFixed) {
-        shared_weight_rows_total_kernel<scalar_t, out_t>
+        shared_weight_rows_total_kernel<Term, scalar_t, out_t>
             <<<grid, kThreads, 0, stream>>>(rows_argument(plan.rows, x, w), plan.run, total);
       }
-    } else if (plan.layout == square_sum::Layout::Rows) {
-      rows_total_kernel<scalar_t, out_t, kVectorized, kWeightFixed>
+    } else if (plan.layout == reduction::Layout::Rows) {
+      rows_total_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed>
           <<<grid, kThreads, 0, stream>>>(rows_argument(plan.rows, x, w), plan.run, total);
     } else {
-      tiles_total_kernel<scalar_t, out_t, kVectorized, kWeightFixed>
+      tiles_total_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed>
           <<<grid, kThreads, 0, stream>>>(tiles_argument(plan.tiles), x, w, plan.run, total);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -754,51 +710,45 @@ void launch_total_stage1(
 }
 
 template <typename acc, typename out_t>
-void launch_sum_chunks(const square_sum::TilesPlan& second, const acc* partial, out_t* out) {
+void launch_sum_chunks(const reduction::TilesPlan& second, const acc* partial, out_t* out) {
   const auto t = tiles_argument(second);
   sum_chunks_kernel<acc, out_t><<<grid_for(t.tiles), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(t, partial, out);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-bool vector_aligned(const void* p) {
-  return reinterpret_cast<std::uintptr_t>(p) % square_sum::kVectorBytes == 0;
-}
-
 // The buffers below come from the caching allocator on the current stream: freed at return, they
 // are reused only by work queued after these kernels.
-template <typename scalar_t, typename out_t>
-void reduce_typed(const square_sum::Plan& plan, const scalar_t* x, const scalar_t* w, const at::Tensor& out) {
+template <class Term, typename scalar_t, typename out_t>
+void reduce_typed(
+    const reduction::Plan& plan, const scalar_t* x, const scalar_t* w, const at::Tensor& out, const char* name) {
   using acc = acc_t<scalar_t>;
   out_t* const result = out.mutable_data_ptr<out_t>();
   const at::TensorOptions acc_options = out.options().dtype(c10::CppTypeToScalarType<acc>::value);
   if (!plan.total) {
     if (plan.chunks() == 1) {  // stage 1 writes the result
-      launch_stage1(plan, x, w, result);
+      launch_stage1<Term>(plan, x, w, result);
       return;
     }
     const at::Tensor partial = at::empty({out.numel() * plan.chunks()}, acc_options);
-    launch_stage1(plan, x, w, partial.mutable_data_ptr<acc>());
+    launch_stage1<Term>(plan, x, w, partial.mutable_data_ptr<acc>());
     launch_sum_chunks(plan.second, partial.const_data_ptr<acc>(), result);
     return;
   }
   TotalArgs<acc, out_t> total{nullptr, nullptr, result, plan.partials};
   at::Tensor partials;
   if (plan.partials > 1) {
-    const auto stream = at::cuda::getCurrentCUDAStream();
+    // The last block's counter is one more slot of the partials (any acc slot fits and aligns an
+    // unsigned int), zeroed on the stream, as ATen's Reduce.cuh zeroes its semaphores: a graph
+    // captures the memset with the kernel, and every call, stream and replay has its own.
     const bool last_block_adds = plan.passes.empty();
-    unsigned int* const counter = last_block_adds ? stream_counter(stream) : nullptr;
-    // Under CUDA graph capture, the counter is one more slot of the partials (any acc slot fits
-    // and aligns an unsigned int), zeroed by a memset captured with the kernel.
-    const bool own_counter = last_block_adds && counter == nullptr;
-    partials = at::empty({plan.partials + (own_counter ? 1 : 0)}, acc_options);
+    partials = at::empty({plan.partials + (last_block_adds ? 1 : 0)}, acc_options);
     total.partial = partials.mutable_data_ptr<acc>();
-    total.counter = counter;
-    if (own_counter) {
+    if (last_block_adds) {
       total.counter = reinterpret_cast<unsigned int*>(total.partial + plan.partials);
-      C10_CUDA_CHECK(cudaMemsetAsync(total.counter, 0, sizeof(unsigned int), stream));
+      C10_CUDA_CHECK(cudaMemsetAsync(total.counter, 0, sizeof(unsigned int), at::cuda::getCurrentCUDAStream()));
     }
   }
-  launch_total_stage1(plan, x, w, total);
+  launch_total_stage1<Term>(plan, x, w, total, name);
   // Too many partials for the last block: stage 2 passes, each adding the previous one's chunks.
   at::Tensor previous = partials;
   for (size_t k = 0; k < plan.passes.size(); ++k) {
@@ -813,43 +763,47 @@ void reduce_typed(const square_sum::Plan& plan, const scalar_t* x, const scalar_
   }
 }
 
-void reduce(const detail::WeightedSquareSumReduction& args) {
+template <class Term>
+void reduce(const detail::Reduction& args) {
   const auto& x = args.input;
   const auto& w = args.weight;
   const auto& out = args.out;
   TORCH_INTERNAL_ASSERT(x.dim() == 3 && x.sizes() == w.sizes() && x.scalar_type() == w.scalar_type());
   TORCH_INTERNAL_ASSERT(out.is_contiguous() && x.size(1) >= 1);
   TORCH_INTERNAL_ASSERT(out.numel() == (args.total ? 1 : x.size(0) * x.size(2)));
-  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(x.scalar_type(), "weighted_square_sum_cuda", [&] {
+  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(x.scalar_type(), "reduction_cuda", [&] {
     using acc = acc_t<scalar_t>;
     const scalar_t* x_data = x.const_data_ptr<scalar_t>();
     const scalar_t* w_data = w.const_data_ptr<scalar_t>();
-    const auto plan = square_sum::plan_reduction({
+    const auto plan = reduction::plan_reduction({
         .outer = x.size(0),
         .reduce = x.size(1),
         .inner = x.size(2),
         .input_strides = {x.stride(0), x.stride(1), x.stride(2)},
         .weight_strides = {w.stride(0), w.stride(1), w.stride(2)},
-        .vector = kVec<scalar_t>,
-        .input_aligned = vector_aligned(x_data),
-        .weight_aligned = vector_aligned(w_data),
+        .vector = kVectorSize<scalar_t>,
+        .input_aligned = cuda::vector_aligned(x_data),
+        .weight_aligned = cuda::vector_aligned(w_data),
         .total = args.total,
     });
     if (out.scalar_type() == c10::CppTypeToScalarType<acc>::value) {
-      reduce_typed<scalar_t, acc>(plan, x_data, w_data, out);
+      reduce_typed<Term, scalar_t, acc>(plan, x_data, w_data, out, args.name);
     } else {
       TORCH_INTERNAL_ASSERT(out.scalar_type() == x.scalar_type());
-      reduce_typed<scalar_t, scalar_t>(plan, x_data, w_data, out);
+      reduce_typed<Term, scalar_t, scalar_t>(plan, x_data, w_data, out, args.name);
     }
   });
 }
 
-constexpr detail::WeightedSquareSumLoops kCudaLoops{.reduce = reduce};
+template <class Term>
+struct CudaReductionLoops {
+  static constexpr detail::ReductionLoops value{.reduce = reduce<Term>};
+};
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(custom, CUDA, m) {
-  detail::register_weighted_square_sum_kernels<kCudaLoops, cuda::CudaDeviceGuard>(m);
+  detail::register_reduction_kernels<CudaReductionLoops, cuda::CudaDeviceGuard>(m);
 }
 
 }  // namespace custom

@@ -1,6 +1,6 @@
-// How the CUDA reduction of weighted_square_sum (weighted_square_sum_kernel.cu) splits an
-// [outer, reduce, inner] problem over the GPU. Host-only and header-only, so that CPU tests check
-// the choice without a GPU. Two kernels:
+// How the CUDA reduction (reduction_kernel.cu) splits an [outer, reduce, inner] problem over the
+// GPU, for every term alike. Host-only and header-only, so that CPU tests check the choice without
+// a GPU. Two kernels:
 //  - Rows: inner == 1 and the reduced dim contiguous in both operands (a full reduction, a
 //    last-dim reduction): one warp sums one segment of a row, with 16-byte loads along it.
 //  - Tiles: everything else. A block sums a tile [rows of reduce] x [columns of inner]: threads
@@ -25,12 +25,11 @@
 #include <cstdint>
 #include <vector>
 
-namespace custom::cuda::square_sum {
+namespace custom::cuda::reduction {
 
 inline constexpr int kThreads = 256;  // per block, both kernels
 inline constexpr int kWarp = 32;
 inline constexpr int kWarpsPerBlock = kThreads / kWarp;
-inline constexpr int64_t kVectorBytes = 16;
 // Terms one thread adds serially, at most, before the adds become trees (warp shuffles, shared
 // memory, stage 2): float32 stays within ~1e-6 relative error for any length.
 inline constexpr int64_t kMaxSerial = 1024;
@@ -295,4 +294,4 @@ inline Plan plan_reduction(Problem p) {
   return plan;
 }
 
-}  // namespace custom::cuda::square_sum
+}  // namespace custom::cuda::reduction

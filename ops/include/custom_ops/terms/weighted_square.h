@@ -15,6 +15,11 @@ struct WeightedSquare {
   C10_HOST_DEVICE static T value(T x, T w) {
     return w * (x * x);
   }
+  // Optional: value(x, w) == w * input_factor(x), which lets a reduction weight a column's sum once.
+  template <typename T>
+  C10_HOST_DEVICE static T input_factor(T x) {
+    return x * x;
+  }
   template <typename T>
   C10_HOST_DEVICE static T dx(T x, T w) {
     return (x + x) * w;
