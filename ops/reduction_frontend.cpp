@@ -263,8 +263,8 @@ at::Tensor reduction_impl(
   if (result == at::kDouble) {
     operand_dtype = at::kDouble;
   }
-  // expand() is a dispatcher call (about a microsecond, a few percent of a 2^20-element sum on
-  // the CPU): made only where the operand lacks the broadcast shape.
+  // expand() is a dispatcher call, a visible share of a small sum on the CPU: made only where the
+  // operand lacks the broadcast shape.
   const auto broadcast = [&](const at::Tensor& operand) {
     auto converted = operand.to(operand_dtype);
     return converted.sizes() == sizes ? converted : converted.expand(sizes);

@@ -12,8 +12,7 @@
 // kSerialTerms terms in series), and the partials of one output are then added in a fixed
 // pairwise tree. A total then adds the [outer, inner] sums in one more pairwise tree. The threads
 // only decide who computes which partial, never the order of the additions, so every thread count
-// gives the same bits; and the error stays that of a pairwise sum (float32: a few 1e-7 relative
-// for 2^26 positive terms, like torch.sum's cascade).
+// gives the same bits; and the error stays that of a pairwise sum, like torch.sum's cascade.
 //
 // Layouts, by the strides of the views (one path per call, chosen from the strides):
 // - Rows: the reduce dimension is contiguous in the input (the weight's is too, or broadcast):

@@ -31,7 +31,7 @@ inline constexpr int kThreads = 256;  // per block, both kernels
 inline constexpr int kWarp = 32;
 inline constexpr int kWarpsPerBlock = kThreads / kWarp;
 // Terms one thread adds serially, at most, before the adds become trees (warp shuffles, shared
-// memory, stage 2): float32 stays within ~1e-6 relative error for any length.
+// memory, stage 2): the error of a serial sum stays bounded for any length.
 inline constexpr int64_t kMaxSerial = 1024;
 // Rows: segments are multiples of this (32 lanes x 8 halfs), so every segment starts 16-byte
 // aligned when its row does.
