@@ -33,7 +33,7 @@ function(custom_ops_add_cpu_kernels target)
     target_compile_definitions(${_object} PRIVATE CPU_CAPABILITY=${cap} CPU_CAPABILITY_${cap})
     # -Wno-psabi: GCC notes that passing 32/64-byte vectors changed ABI in GCC 4.6; nothing to act on.
     target_compile_options(${_object} PRIVATE ${_flags_${cap}} -Wno-psabi)
-    target_include_directories(${_object} PRIVATE ${PROJECT_SOURCE_DIR})
+    target_include_directories(${_object} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/ops/include)
     target_link_libraries(${_object} PRIVATE torch)
     if(OpenMP_CXX_FOUND)
       target_compile_options(${_object} PRIVATE ${OpenMP_CXX_FLAGS})

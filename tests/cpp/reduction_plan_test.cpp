@@ -1,4 +1,4 @@
-// How the CUDA reduction of weighted_square_sum splits its work (kernels/cuda/weighted_square_sum_plan.h,
+// How the CUDA reduction splits its work (kernels/cuda/reduction_plan.h,
 // host code, checked without a GPU): each layout gets its kernel, the chunks cover the reduced dim
 // exactly, no thread adds more than kMaxSerial terms in series, and the order of the additions
 // (everything but `vectorized`) does not depend on the operands' alignment: the same bits
@@ -13,7 +13,7 @@
 
 namespace {
 
-namespace sq = custom::cuda::square_sum;
+namespace sq = custom::cuda::reduction;
 
 // A contiguous [outer, reduce, inner] problem; `weight_row`: a weight of shape [inner] broadcast
 // over outer and reduce, else a weight laid out like the input.
