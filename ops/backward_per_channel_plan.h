@@ -64,6 +64,30 @@ void with_requested_gradients(const PerChannelBackward& args, const Loop& loop) 
   }
 }
 
+// The raw operands of a device's per-channel loop for the gradients it computes (a template on
+// them: with_requested_gradients): grad_input null when not requested, weight null when nothing
+// requested reads it (grad_input always does, grad_weight when the term's dw does).
+template <typename scalar_t>
+struct PerChannelPointers {
+  scalar_t* grad_input;
+  const scalar_t* grad;
+  const scalar_t* input;
+  const scalar_t* weight;
+};
+
+template <class Term, bool kInput>
+inline constexpr bool per_channel_reads_weight = kInput || Term::dw_reads_weight;
+
+template <class Term, typename scalar_t, bool kInput>
+PerChannelPointers<scalar_t> per_channel_pointers(const PerChannelBackward& args) {
+  return {
+      kInput ? args.grad_input.mutable_data_ptr<scalar_t>() : nullptr,
+      args.grad.const_data_ptr<scalar_t>(),
+      args.input.const_data_ptr<scalar_t>(),
+      per_channel_reads_weight<Term, kInput> ? args.weight.const_data_ptr<scalar_t>() : nullptr,
+  };
+}
+
 // A column weight w [R, 1] reduces runs of C elements each; below this length the run is too
 // short to fill a vector loop and the generic path is as good.
 inline constexpr int64_t kMinColumnRun = 256;

@@ -69,16 +69,8 @@ Vec<scalar_t> narrow(const Wide<scalar_t>& parts) {
 }
 
 template <typename scalar_t>
-struct Pointers {
-  scalar_t* grad_input;  // null when not requested
-  const scalar_t* grad;
-  const scalar_t* input;
-  const scalar_t* weight;  // null when nothing requested reads it (reads_weight)
-};
-
-// Whether the requested gradients read the weight: grad_input always, grad_weight when dw does.
-template <class Term, bool kInput>
-constexpr bool reads_weight = kInput || Term::dw_reads_weight;
+using Pointers = detail::PerChannelPointers<scalar_t>;
+using detail::per_channel_reads_weight;
 
 // The body of both loops, for T the op-math type or an AccVec: writes grad_input's value to
 // `grad_input` (when kInput) and returns grad_weight's term (when kWeight, else 0).
@@ -132,7 +124,7 @@ void rows_block(const Pointers<scalar_t>& p, int64_t channels, int64_t begin, in
   using V = Vec<scalar_t>;
   using A = AccVec<scalar_t>;
   using opmath_t = acc_t<scalar_t>;
-  constexpr bool kReadsWeight = reads_weight<Term, kInput>;
+  constexpr bool kReadsWeight = per_channel_reads_weight<Term, kInput>;
   for (int64_t row = begin; row < end; ++row) {
     const int64_t offset = row * channels;
     int64_t c = 0;
@@ -226,14 +218,9 @@ void sum_partials(
 template <class Term, typename scalar_t, bool kInput, bool kWeight>
 void per_channel(const detail::PerChannelBackward& args) {
   using opmath_t = acc_t<scalar_t>;
-  constexpr bool kReadsWeight = reads_weight<Term, kInput>;
+  constexpr bool kReadsWeight = per_channel_reads_weight<Term, kInput>;
   const auto [outer, channels, inner] = args.shape;
-  const Pointers<scalar_t> p{
-      kInput ? args.grad_input.data_ptr<scalar_t>() : nullptr,
-      args.grad.const_data_ptr<scalar_t>(),
-      args.input.const_data_ptr<scalar_t>(),
-      kReadsWeight ? args.weight.const_data_ptr<scalar_t>() : nullptr,
-  };
+  const auto p = detail::per_channel_pointers<Term, scalar_t, kInput>(args);
   const auto acc_options = args.grad.options().dtype(c10::CppTypeToScalarType<opmath_t>::value);
   if (inner == 1) {
     const int64_t blocks = (outer + kRowsPerBlock - 1) / kRowsPerBlock;

@@ -37,16 +37,8 @@ constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;
 constexpr int64_t kMaxGridY = 65535;
 
 template <typename scalar_t>
-struct Pointers {
-  scalar_t* grad_input;  // null when not requested
-  const scalar_t* grad;
-  const scalar_t* input;
-  const scalar_t* weight;  // null when nothing requested reads it (reads_weight)
-};
-
-// Whether the requested gradients read the weight: grad_input always, grad_weight when dw does.
-template <class Term, bool kInput>
-constexpr bool reads_weight = kInput || Term::dw_reads_weight;
+using Pointers = detail::PerChannelPointers<scalar_t>;
+using detail::per_channel_reads_weight;
 
 // The body of both first-pass kernels, for one vector of kVec elements (x, g) with weights w[l]:
 // stores grad_input's vector at `grad_input` (when kInput) and hands each lane's grad_weight term
@@ -101,7 +93,8 @@ __global__ void __launch_bounds__(kThreads) down_rows_kernel(
     acc_t w[kVec];
 #pragma unroll
     for (int l = 0; l < kVec; ++l) {
-      w[l] = reads_weight<Term, kInput> && active ? static_cast<acc_t>(p.weight[(column + l) / s.inner]) : acc_t(0);
+      w[l] = per_channel_reads_weight<Term, kInput> && active ? static_cast<acc_t>(p.weight[(column + l) / s.inner])
+                                                              : acc_t(0);
     }
     for (int64_t block = blockIdx.x; block < s.row_blocks; block += gridDim.x) {
       const int64_t row_end = std::min(s.rows, (block + 1) * s.rows_per_block);
@@ -180,7 +173,8 @@ __global__ void __launch_bounds__(kThreads) along_runs_kernel(
     const int64_t base = run * s.inner;
     const int64_t begin = (unit % s.chunks) * s.chunk;
     const int64_t end = std::min(s.inner, begin + s.chunk);  // inner is a multiple of kVec
-    const acc_t weight = reads_weight<Term, kInput> ? static_cast<acc_t>(p.weight[run % s.channels]) : acc_t(0);
+    const acc_t weight =
+        per_channel_reads_weight<Term, kInput> ? static_cast<acc_t>(p.weight[run % s.channels]) : acc_t(0);
     acc_t w[kVec];
 #pragma unroll
     for (int l = 0; l < kVec; ++l) {
@@ -332,12 +326,7 @@ template <class Term, typename scalar_t, bool kInput, bool kWeight>
 void launch(const detail::PerChannelBackward& args) {
   constexpr int kVec = kVectorSize<scalar_t>;
   const auto [outer, channels, inner] = args.shape;
-  const Pointers<scalar_t> p{
-      kInput ? args.grad_input.mutable_data_ptr<scalar_t>() : nullptr,
-      args.grad.const_data_ptr<scalar_t>(),
-      args.input.const_data_ptr<scalar_t>(),
-      reads_weight<Term, kInput> ? args.weight.const_data_ptr<scalar_t>() : nullptr,
-  };
+  const auto p = detail::per_channel_pointers<Term, scalar_t, kInput>(args);
   const bool pointers_aligned = vector_aligned(p.grad_input) && vector_aligned(p.grad) && vector_aligned(p.input);
   // Runs long enough to fill a block's chunk, or too few rows to share a column's work.
   const bool along_runs = inner > 1 && (inner >= 2048 || outer < 8);
