@@ -21,6 +21,7 @@ import types
 
 import pytest
 import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from environment import REPO
 
@@ -46,7 +47,9 @@ def _as_result(value, input, weight):
     """A term's value as the op returns it: of the broadcast shape and promoted dtype (a term
     that ignores an operand, or is a constant, still broadcasts and promotes like the op)."""
     weight_shape = weight.shape if isinstance(weight, torch.Tensor) else ()
-    shape, dtype = torch.broadcast_shapes(input.shape, weight_shape), torch.result_type(input, weight)
+    shape = torch.broadcast_shapes(input.shape, weight_shape)
+    # torch.result_type's rules, in a form torch.compile traces without a graph break.
+    dtype = elementwise_dtypes(input, weight, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
     if not isinstance(value, torch.Tensor):
         return torch.full(shape, value, dtype=dtype, device=input.device)
     if value.dtype != dtype:
