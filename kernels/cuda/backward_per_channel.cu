@@ -13,15 +13,20 @@
 //    For a weight along the rows (inner == 1) and for NCHW with short planes.
 //  - along_runs: each of the outer * channels runs of `inner` elements (one weight each) in
 //    chunks; a block reduces a chunk to one partial. For a column weight and large planes.
+// Issue 40's variants (backward_per_channel.h, CUSTOM_OPS_PER_CHANNEL_VARIANT) change down_rows'
+// rows per block, its lanes' sums and the second stage; grad_input is the same bits in all.
 #include "kernels/cuda/backward_per_channel.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <type_traits>
 
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/util/Exception.h>
 
 #include "kernels/cuda/vectorized_access.cuh"
 #include "ops/floating_types.h"
@@ -30,9 +35,11 @@
 namespace custom::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kUnroll = 4;  // vectors of each input in flight per thread before the first use
-constexpr int64_t kVectorsPerThread = 32;  // per block and thread: sets the work of a block
+using per_channel::kSumBatch;
+using per_channel::kSumLanes;
+using per_channel::kSumSlices;
+using per_channel::kThreads;
+using per_channel::kUnroll;
 constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;
 constexpr int64_t kMaxGridY = 65535;
 
@@ -77,13 +84,17 @@ struct DownRowsShape {
 };
 
 // blockDim = (tile columns in vectors, rows at a time); grid-stride over row blocks (x) and
-// column tiles (y). partials[row_block, column] (when kWeight).
-template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight>
+// column tiles (y). partials[row_block, column] (when kWeight), in acc_t. A lane sums its terms in
+// lane_t: acc_t adds every term to it (variants 0, 1); double adds the acc_t sum of each unrolled
+// group of kUnroll terms (variants 2-4, whose lanes walk hundreds of rows), and the lanes' tree
+// is in double too: each partial is then one rounding to acc_t off its exact sum.
+template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight, typename lane_t>
 __global__ void __launch_bounds__(kThreads) down_rows_kernel(
     Pointers<scalar_t> p, at::opmath_type<scalar_t>* partials, DownRowsShape s) {
   using acc_t = at::opmath_type<scalar_t>;
   using vec_t = Vector<scalar_t, kVec>;
-  __shared__ acc_t shared[kWeight ? kThreads * kVec : 1];
+  constexpr bool kGrouped = !std::is_same_v<lane_t, acc_t>;
+  __shared__ lane_t shared[kWeight ? kThreads * kVec : 1];
   const int64_t vectors_per_row = s.width / kVec;
   const int64_t row_step = blockDim.y;
   for (int64_t tile = blockIdx.y; tile < s.column_tiles; tile += gridDim.y) {
@@ -98,7 +109,7 @@ __global__ void __launch_bounds__(kThreads) down_rows_kernel(
     }
     for (int64_t block = blockIdx.x; block < s.row_blocks; block += gridDim.x) {
       const int64_t row_end = std::min(s.rows, (block + 1) * s.rows_per_block);
-      acc_t sum[kVec];
+      lane_t sum[kVec];
 #pragma unroll
       for (int l = 0; l < kVec; ++l) {
         sum[l] = 0;
@@ -114,12 +125,32 @@ __global__ void __launch_bounds__(kThreads) down_rows_kernel(
             g[k] = load_vector<kVec>(p.grad + r * s.width + column);
           }
         }
+        if constexpr (kGrouped) {
+          acc_t group[kVec];
 #pragma unroll
-        for (int k = 0; k < kUnroll; ++k) {
-          const int64_t r = row + k * row_step;
-          if (r < row_end) {
-            gradients<Term, kInput, kWeight>(
-                x[k], g[k], w, p.grad_input + r * s.width + column, [&](int l, acc_t term) { sum[l] += term; });
+          for (int l = 0; l < kVec; ++l) {
+            group[l] = 0;
+          }
+#pragma unroll
+          for (int k = 0; k < kUnroll; ++k) {
+            const int64_t r = row + k * row_step;
+            if (r < row_end) {
+              gradients<Term, kInput, kWeight>(
+                  x[k], g[k], w, p.grad_input + r * s.width + column, [&](int l, acc_t term) { group[l] += term; });
+            }
+          }
+#pragma unroll
+          for (int l = 0; l < kVec; ++l) {
+            sum[l] += static_cast<lane_t>(group[l]);
+          }
+        } else {
+#pragma unroll
+          for (int k = 0; k < kUnroll; ++k) {
+            const int64_t r = row + k * row_step;
+            if (r < row_end) {
+              gradients<Term, kInput, kWeight>(
+                  x[k], g[k], w, p.grad_input + r * s.width + column, [&](int l, acc_t term) { sum[l] += term; });
+            }
           }
         }
       }
@@ -144,7 +175,7 @@ __global__ void __launch_bounds__(kThreads) down_rows_kernel(
         if (threadIdx.y == 0 && active) {
 #pragma unroll
           for (int l = 0; l < kVec; ++l) {
-            partials[block * s.width + column + l] = shared[slot(0, l)];
+            partials[block * s.width + column + l] = static_cast<acc_t>(shared[slot(0, l)]);
           }
         }
       }
@@ -258,10 +289,51 @@ __global__ void __launch_bounds__(kThreads) sum_channels_per_block_kernel(
   }
 }
 
+// The same sum for per_group == 1 over many groups (variants 1-4): blockDim = (kSumLanes
+// channels, kSumSlices slices); slice y adds groups y, y + kSumSlices, ... in that order, kSumBatch
+// loads in flight before the first add, then a fixed tree over the slices. Every channel's order
+// depends on `groups` only.
 template <typename scalar_t, typename acc_t>
-void launch_sum_channels(const acc_t* partials, int64_t groups, int64_t channels, int64_t per_group, scalar_t* out) {
+__global__ void __launch_bounds__(kSumLanes * kSumSlices) sum_channels_wide_kernel(
+    const acc_t* partials, int64_t groups, int64_t channels, scalar_t* grad_weight) {
+  __shared__ double shared[kSumSlices][kSumLanes + 1];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumLanes + threadIdx.x;
+  double sum = 0;
+  if (c < channels) {
+    for (int64_t first = threadIdx.y; first < groups; first += int64_t{kSumSlices} * kSumBatch) {
+      acc_t values[kSumBatch];
+#pragma unroll
+      for (int b = 0; b < kSumBatch; ++b) {
+        const int64_t o = first + int64_t{b} * kSumSlices;
+        values[b] = o < groups ? partials[o * channels + c] : acc_t(0);
+      }
+#pragma unroll
+      for (int b = 0; b < kSumBatch; ++b) {
+        sum += static_cast<double>(values[b]);
+      }
+    }
+  }
+  shared[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  for (int half = kSumSlices / 2; half > 0; half /= 2) {
+    if (threadIdx.y < half) {
+      shared[threadIdx.y][threadIdx.x] += shared[threadIdx.y + half][threadIdx.x];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && c < channels) {
+    grad_weight[c] = static_cast<scalar_t>(shared[0][threadIdx.x]);
+  }
+}
+
+template <typename scalar_t, typename acc_t>
+void launch_sum_channels(
+    const acc_t* partials, int64_t groups, int64_t channels, int64_t per_group, scalar_t* out, bool wide) {
   const auto stream = at::cuda::getCurrentCUDAStream();
-  if (per_group == 1) {
+  if (per_group == 1 && wide && groups >= per_channel::kWideMinGroups) {
+    const auto blocks = static_cast<unsigned>((channels + kSumLanes - 1) / kSumLanes);  // channels < 2^31
+    sum_channels_wide_kernel<<<blocks, dim3(kSumLanes, kSumSlices), 0, stream>>>(partials, groups, channels, out);
+  } else if (per_group == 1) {
     const auto blocks = static_cast<unsigned>(std::min<int64_t>((channels + kThreads - 1) / kThreads, kMaxGridX));
     sum_channels_per_thread_kernel<<<blocks, kThreads, 0, stream>>>(partials, groups, channels, out);
   } else {
@@ -271,20 +343,15 @@ void launch_sum_channels(const acc_t* partials, int64_t groups, int64_t channels
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight>
-void launch_down_rows(const detail::PerChannelBackward& args, const Pointers<scalar_t>& p) {
+template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight, typename lane_t>
+void launch_down_rows_as(
+    const detail::PerChannelBackward& args,
+    const Pointers<scalar_t>& p,
+    const per_channel::PerChannelVariant& variant) {
   using acc_t = at::opmath_type<scalar_t>;
   const auto [outer, channels, inner] = args.shape;
-  DownRowsShape s{outer, channels * inner, inner, 0, 0, 0};
-  const int64_t vectors_per_row = s.width / kVec;
-  int tile = 1;  // columns (in vectors) of a block: a power of two up to kThreads
-  while (tile < kThreads && tile < vectors_per_row) {
-    tile *= 2;
-  }
-  const int lanes = kThreads / tile;  // rows a block reads at a time
-  s.rows_per_block = lanes * kVectorsPerThread;
-  s.row_blocks = (outer + s.rows_per_block - 1) / s.rows_per_block;
-  s.column_tiles = (vectors_per_row + tile - 1) / tile;
+  const auto g = per_channel::down_rows_geometry(outer, channels * inner, kVec, variant.target_blocks);
+  const DownRowsShape s{outer, channels * inner, inner, g.rows_per_block, g.row_blocks, g.column_tiles};
   at::Tensor partials;
   if (kWeight) {
     partials = at::empty({s.row_blocks * s.width}, args.grad.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
@@ -293,12 +360,26 @@ void launch_down_rows(const detail::PerChannelBackward& args, const Pointers<sca
   const dim3 grid(
       static_cast<unsigned>(std::min(s.row_blocks, kMaxGridX)),
       static_cast<unsigned>(std::min(s.column_tiles, kMaxGridY)));
-  down_rows_kernel<Term, scalar_t, kVec, kInput, kWeight>
-      <<<grid, dim3(tile, lanes), 0, at::cuda::getCurrentCUDAStream()>>>(p, workspace, s);
+  down_rows_kernel<Term, scalar_t, kVec, kInput, kWeight, lane_t>
+      <<<grid, dim3(g.tile, g.lanes), 0, at::cuda::getCurrentCUDAStream()>>>(p, workspace, s);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (kWeight) {
-    launch_sum_channels(workspace, s.row_blocks, channels, inner, args.grad_weight.mutable_data_ptr<scalar_t>());
+    launch_sum_channels(
+        workspace, s.row_blocks, channels, inner, args.grad_weight.mutable_data_ptr<scalar_t>(),
+        variant.wide_second_stage);
   }
+}
+
+template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight>
+void launch_down_rows(const detail::PerChannelBackward& args, const Pointers<scalar_t>& p) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const auto variant = per_channel::per_channel_variant_of(per_channel::per_channel_variant());
+  if constexpr (kWeight && !std::is_same_v<acc_t, double>) {
+    if (variant.double_lanes) {
+      return launch_down_rows_as<Term, scalar_t, kVec, kInput, kWeight, double>(args, p, variant);
+    }
+  }
+  launch_down_rows_as<Term, scalar_t, kVec, kInput, kWeight, acc_t>(args, p, variant);
 }
 
 template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight>
@@ -318,7 +399,9 @@ void launch_along_runs(const detail::PerChannelBackward& args, const Pointers<sc
       <<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(p, workspace, s);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (kWeight) {
-    launch_sum_channels(workspace, outer, channels, s.chunks, args.grad_weight.mutable_data_ptr<scalar_t>());
+    const auto variant = per_channel::per_channel_variant_of(per_channel::per_channel_variant());
+    launch_sum_channels(
+        workspace, outer, channels, s.chunks, args.grad_weight.mutable_data_ptr<scalar_t>(), variant.wide_second_stage);
   }
 }
 
@@ -344,6 +427,22 @@ void launch(const detail::PerChannelBackward& args) {
 }
 
 }  // namespace
+
+int per_channel::per_channel_variant() {
+  static const int variant = [] {
+    const char* text = std::getenv("CUSTOM_OPS_PER_CHANNEL_VARIANT");
+    if (text == nullptr || *text == '\0') {
+      return 0;
+    }
+    char* end = nullptr;
+    const long value = std::strtol(text, &end, 10);
+    TORCH_CHECK(
+        *end == '\0' && value >= 0 && value < kPerChannelVariants, "CUSTOM_OPS_PER_CHANNEL_VARIANT=", text,
+        ": expected 0..", kPerChannelVariants - 1);
+    return static_cast<int>(value);
+  }();
+  return variant;
+}
 
 template <class Term>
 void backward_per_channel(const detail::PerChannelBackward& args) {
