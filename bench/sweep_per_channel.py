@@ -23,7 +23,7 @@ import sys
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
-VARIANTS = (0, 1, 2, 3, 4)
+VARIANTS = (1, 2, 3, 4)  # 0 is landed main (the issue: measured already; add it with --variants)
 MAIN = "row_c4096"
 OTHERS = "row_c1024,row_c16384,nchw_c1024,nchw_c4096"  # column weights: along_runs, the same in every variant
 KEEP = {"copy", "ours_fwd_bwd", "ours_fwd_bwd_graph"}
