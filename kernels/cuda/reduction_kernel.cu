@@ -11,9 +11,15 @@
 // float64 for float64), summed in it. The last write rounds to out's dtype, the accumulation one
 // or the operands' (float16/bfloat16), once.
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -24,7 +30,9 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/DeviceUtils.cuh>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAMacros.h>
 #include <c10/util/Exception.h>
 
 #include "kernels/cuda/cuda_device_guard.h"
@@ -58,20 +66,35 @@ __device__ __forceinline__ acc_t<scalar_t> term(scalar_t x, scalar_t w) {
   return Term::value(static_cast<acc>(x), static_cast<acc>(w));
 }
 
+// How a kernel loads its operands (the variants of reduction_plan.h), a template argument: bits of
+// kMode. Only a schedule: neither changes which terms are added in which order.
+// 16-byte loads of the operands are L2 evict-first streaming loads (ld.global.cs).
+constexpr int kStreamLoads = 1;
+// 16-bit types keep float32's count of 16-byte loads in flight.
+constexpr int kDeepHalf = 2;
+
 // 16-byte loads each thread has in flight before it adds them, over both operands (one when the
 // weight is fixed): fewer for 16-bit types, whose 8 floats a load become would otherwise spill
-// under 64 registers. Only a schedule: the order of the additions does not depend on it.
-template <typename scalar_t, bool kWeightFixed>
-constexpr int kUnroll = (sizeof(scalar_t) == 2 ? 4 : 8) / (kWeightFixed ? 1 : 2);
+// under 64 registers (unless kDeepHalf). Only a schedule: the order of the additions does not
+// depend on it.
+template <typename scalar_t, bool kWeightFixed, int kMode = 0>
+constexpr int kUnroll = (sizeof(scalar_t) == 2 && !(kMode & kDeepHalf) ? 4 : 8) / (kWeightFixed ? 1 : 2);
 
 // Partials stage 2 has in flight per thread: its few loads a thread are otherwise one latency each.
 constexpr int kChunkLoads = 8;
 
 // kN consecutive (stride 1) or strided elements: one 16-byte load when kVectorized (the
-// caller checked alignment), else element by element, zeros past `valid`.
-template <bool kVectorized, int kN, typename scalar_t>
+// caller checked alignment; kStream: L2 evict-first, for data read once), else element by element,
+// zeros past `valid`.
+template <bool kVectorized, int kN, bool kStream = false, typename scalar_t>
 __device__ __forceinline__ Vector<scalar_t, kN> load_group(const scalar_t* p, int64_t stride = 1, int valid = kN) {
-  if constexpr (kVectorized) {
+  if constexpr (kVectorized && kStream) {
+    static_assert(sizeof(Vector<scalar_t, kN>) == sizeof(uint4));
+    const uint4 bits = __ldcs(reinterpret_cast<const uint4*>(p));
+    Vector<scalar_t, kN> g;
+    memcpy(&g, &bits, sizeof(bits));
+    return g;
+  } else if constexpr (kVectorized) {
     return cuda::load_vector<kN>(p);
   } else {
     Vector<scalar_t, kN> g;
@@ -129,7 +152,9 @@ __device__ __forceinline__ T block_sum(T value, T* shared) {
 template <typename acc, typename out_t>
 struct TotalArgs {
   acc* partial;  // [partials]; nullptr: a single work item, which writes out itself
-  // Zero at launch; nullptr: stage 2 passes add the partials.
+  // Zero at launch, and zero again when the last block has taken it (atomicInc wraps), so that a
+  // counter slot serves every launch of its stream or graph; nullptr: stage 2 passes add the
+  // partials.
   unsigned int* counter;
   out_t* out;  // one element
   int64_t partials;
@@ -163,7 +188,8 @@ __device__ __forceinline__ void finish_total(const TotalArgs<acc, out_t>& a, acc
   if (threadIdx.x == 0) {
     // Thread 0 stored this block's partials: they reach device scope before the count does.
     __threadfence();
-    last = atomicAdd(a.counter, 1u) == gridDim.x * gridDim.y - 1;
+    const unsigned int blocks = gridDim.x * gridDim.y;
+    last = atomicInc(a.counter, blocks - 1) == blocks - 1;
   }
   __syncthreads();
   if (!last) {
@@ -193,6 +219,45 @@ __device__ __forceinline__ void finish_total(const TotalArgs<acc, out_t>& a, acc
   }
 }
 
+// Two consecutive 16-bit values of a 32-bit word (the first in the low half), widened exactly as
+// their scalar conversions: bfloat16 by a shift and a mask, float16 by one paired conversion.
+template <typename scalar_t>
+__device__ __forceinline__ float2 widen_pair(uint32_t word) {
+  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+  } else {
+    static_assert(std::is_same_v<scalar_t, c10::Half>);
+    __half2 pair;
+    memcpy(&pair, &word, sizeof(word));
+    return __half22float2(pair);
+  }
+}
+
+// sums[j] += the term of element j of a group of x and of w, 16-bit words widened a pair at a
+// time right where they are added (kDeepHalf): each word passes an empty asm first, which keeps the
+// compiler from widening every loaded group ahead of the adds (its 8 floats a load spill under 64
+// registers; see add_held_weight_terms). The same values and additions as term() element by
+// element: only 8 loads a lane may be in flight instead of 4.
+template <class Term, typename scalar_t, int kN>
+__device__ __forceinline__ void add_word_terms(
+    const Vector<scalar_t, kN>& x, const Vector<scalar_t, kN>& w, acc_t<scalar_t> (&sums)[kN]) {
+  static_assert(sizeof(scalar_t) == 2 && kN % 2 == 0);
+  uint32_t x_words[kN / 2];
+  uint32_t w_words[kN / 2];
+  memcpy(x_words, &x, sizeof(x_words));
+  memcpy(w_words, &w, sizeof(w_words));
+#pragma unroll
+  for (int k = 0; k < kN / 2; ++k) {
+    uint32_t x_word = x_words[k];
+    uint32_t w_word = w_words[k];
+    asm volatile("" : "+r"(x_word), "+r"(w_word));
+    const float2 xs = widen_pair<scalar_t>(x_word);
+    const float2 ws = widen_pair<scalar_t>(w_word);
+    sums[2 * k] += Term::value(xs.x, ws.x);
+    sums[2 * k + 1] += Term::value(xs.y, ws.y);
+  }
+}
+
 // ---- Rows: one warp per segment of a contiguous row --------------------------------------------
 
 template <typename scalar_t>
@@ -210,7 +275,7 @@ struct RowsArgs {
 // Lane `lane` of a warp adds its terms of segment s into sums: element j of groups lane, lane +
 // 32, ... into sums[j] (kN chains of count / (32 kN)), a tail element into sums[0].
 // kWeightFixed: one weight per row (a weight broadcast along the reduced dim).
-template <class Term, typename scalar_t, bool kVectorized, bool kWeightFixed>
+template <class Term, typename scalar_t, bool kVectorized, bool kWeightFixed, int kMode>
 __device__ __forceinline__ void add_segment(
     const RowsArgs<scalar_t>& a, int64_t s, int lane, acc_t<scalar_t> (&sums)[kVectorSize<scalar_t>]) {
   constexpr int kN = kVectorSize<scalar_t>;
@@ -221,7 +286,16 @@ __device__ __forceinline__ void add_segment(
   const scalar_t* w = a.weight + row * a.weight_row_stride + (kWeightFixed ? 0 : begin);
   const scalar_t fixed_w = kWeightFixed ? *w : scalar_t(0);
   const int64_t groups = count / kN;
-  constexpr int kU = kUnroll<scalar_t, kWeightFixed>;
+  constexpr int kU = kUnroll<scalar_t, kWeightFixed, kMode>;
+  constexpr bool kStream = (kMode & kStreamLoads) != 0;
+  constexpr bool kWords = (kMode & kDeepHalf) != 0 && sizeof(scalar_t) == 2 && kVectorized;
+  Vector<scalar_t, kN> fixed_group;  // kWords && kWeightFixed: fixed_w in every element
+  if constexpr (kWords && kWeightFixed) {
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      fixed_group.val[j] = fixed_w;
+    }
+  }
   // kU groups a lane, 32 apart: every load first, then the adds in group order. kChecked: the
   // last batch, whose groups may run past the segment; the others have no per-load branch, which
   // keeps all their loads in flight together (ptxas serializes the checked ones).
@@ -233,18 +307,24 @@ __device__ __forceinline__ void add_segment(
     for (int u = 0; u < kU; ++u) {
       const int64_t g = g0 + u * kWarp;
       if (!kChecked || g < groups) {
-        xg[u] = load_group<kVectorized, kN>(x + g * kN);
+        xg[u] = load_group<kVectorized, kN, kStream>(x + g * kN);
         if constexpr (!kWeightFixed) {
-          wg[u] = load_group<kVectorized, kN>(w + g * kN);
+          wg[u] = load_group<kVectorized, kN, kStream>(w + g * kN);
         }
       }
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (!kChecked || g0 + u * kWarp < groups) {
+        if constexpr (kWords && kWeightFixed) {
+          add_word_terms<Term>(xg[u], fixed_group, sums);
+        } else if constexpr (kWords) {
+          add_word_terms<Term>(xg[u], wg[u], sums);
+        } else {
 #pragma unroll
-        for (int j = 0; j < kN; ++j) {
-          sums[j] += term<Term>(xg[u].val[j], kWeightFixed ? fixed_w : wg[u].val[j]);
+          for (int j = 0; j < kN; ++j) {
+            sums[j] += term<Term>(xg[u].val[j], kWeightFixed ? fixed_w : wg[u].val[j]);
+          }
         }
       }
     }
@@ -266,14 +346,14 @@ __device__ __forceinline__ void add_segment(
 
 // out[s] = the sum of segment s, one warp each (out: the partials [rows, splits], or the result
 // itself when splits == 1).
-template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
+template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed, int kMode>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_kernel(RowsArgs<scalar_t> a, out_t* out) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   for (int64_t s = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; s < a.segments;
        s += warps) {
     acc_t<scalar_t> sums[kVectorSize<scalar_t>] = {};
-    add_segment<Term, scalar_t, kVectorized, kWeightFixed>(a, s, lane, sums);
+    add_segment<Term, scalar_t, kVectorized, kWeightFixed, kMode>(a, s, lane, sums);
     const auto sum = warp_sum(group_sum(sums));
     if (lane == 0) {
       out[s] = static_cast<out_t>(sum);
@@ -283,7 +363,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_kernel(RowsArg
 
 // A total on Rows: block work item p's warp k adds segments [(p * kWarpsPerBlock + k) * run, ...
 // + run) into its lanes' sums; the block's sum is partial p.
-template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
+template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed, int kMode>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_total_kernel(
     RowsArgs<scalar_t> a, int64_t run, TotalArgs<acc_t<scalar_t>, out_t> total) {
   using acc = acc_t<scalar_t>;
@@ -296,7 +376,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_total_kernel(
     const int count = static_cast<int>(std::clamp<int64_t>(a.segments - first, 0, run));
 #pragma unroll 1
     for (int k = 0; k < count; ++k) {
-      add_segment<Term, scalar_t, kVectorized, kWeightFixed>(a, first + k, threadIdx.x % kWarp, sums);
+      add_segment<Term, scalar_t, kVectorized, kWeightFixed, kMode>(a, first + k, threadIdx.x % kWarp, sums);
     }
     const acc sum = block_sum(group_sum(sums), shared);
     if (threadIdx.x == 0) {
@@ -304,20 +384,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_total_kernel(
     }
   }
   finish_total(total, shared);
-}
-
-// Two consecutive 16-bit values of a 32-bit word (the first in the low half), widened exactly as
-// their scalar conversions: bfloat16 by a shift and a mask, float16 by one paired conversion.
-template <typename scalar_t>
-__device__ __forceinline__ float2 widen_pair(uint32_t word) {
-  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
-    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
-  } else {
-    static_assert(std::is_same_v<scalar_t, c10::Half>);
-    __half2 pair;
-    memcpy(&pair, &word, sizeof(word));
-    return __half22float2(pair);
-  }
 }
 
 // sums[j] += the term of element j of a group of x and a group of held weights (registers kept
@@ -510,7 +576,7 @@ __device__ __forceinline__ void for_each_tile(const Tiles& t, out_t* dst, const 
 // A thread's terms of a tile (its span) added into sums. kVectorized: inner contiguous, every
 // group 16-byte aligned. kWeightFixed: the weight is constant along reduce, so the group's weights
 // are read once per tile.
-template <class Term, typename scalar_t, bool kVectorized, bool kWeightFixed>
+template <class Term, typename scalar_t, bool kVectorized, bool kWeightFixed, int kMode>
 __device__ __forceinline__ void add_tile_rows(
     const Tiles& t,
     const scalar_t* input,
@@ -529,7 +595,9 @@ __device__ __forceinline__ void add_tile_rows(
   }
   const int64_t step = t.row_threads;
   const int64_t r_end = span.r_end;
-  constexpr int kU = kUnroll<scalar_t, kWeightFixed>;
+  constexpr int kU = kUnroll<scalar_t, kWeightFixed, kMode>;
+  constexpr bool kStream = (kMode & kStreamLoads) != 0;
+  constexpr bool kWords = (kMode & kDeepHalf) != 0 && sizeof(scalar_t) == 2 && kVectorized;
   // kU rows, step apart: every load first, then the adds in row order; as add_segment's batches.
   const auto batch = [&](int64_t r, auto checked) {
     constexpr bool kChecked = decltype(checked)::value;
@@ -539,20 +607,26 @@ __device__ __forceinline__ void add_tile_rows(
     for (int u = 0; u < kU; ++u) {
       const int64_t row = r + u * step;
       if (!kChecked || row < r_end) {
-        xg[u] = load_group<kVectorized, kN>(x + row * xs[1], xs[2], valid);
+        xg[u] = load_group<kVectorized, kN, kStream>(x + row * xs[1], xs[2], valid);
         if constexpr (!kWeightFixed) {
-          wg[u] = load_group<kVectorized, kN>(w + row * ws[1], ws[2], valid);
+          wg[u] = load_group<kVectorized, kN, kStream>(w + row * ws[1], ws[2], valid);
         }
       }
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (!kChecked || r + u * step < r_end) {
+        if constexpr (kWords && kWeightFixed) {
+          add_word_terms<Term>(xg[u], fixed_w, sums);  // vectorized: no partial group
+        } else if constexpr (kWords) {
+          add_word_terms<Term>(xg[u], wg[u], sums);
+        } else {
 #pragma unroll
-        for (int j = 0; j < kN; ++j) {
-          // Skip the padding of a partial group: w * 0 is not 0 for an infinite w.
-          if (kVectorized || j < valid) {
-            sums[j] += term<Term>(xg[u].val[j], kWeightFixed ? fixed_w.val[j] : wg[u].val[j]);
+          for (int j = 0; j < kN; ++j) {
+            // Skip the padding of a partial group: w * 0 is not 0 for an infinite w.
+            if (kVectorized || j < valid) {
+              sums[j] += term<Term>(xg[u].val[j], kWeightFixed ? fixed_w.val[j] : wg[u].val[j]);
+            }
           }
         }
       }
@@ -574,17 +648,17 @@ __device__ __forceinline__ void add_tile_rows(
 }
 
 // Stage 1 on Tiles: out [outer, chunks, inner] (the result itself when chunks == 1).
-template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
+template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed, int kMode>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) tiles_kernel(
     Tiles t, const scalar_t* input, const scalar_t* weight, out_t* out) {
   for_each_tile<kVectorSize<scalar_t>, acc_t<scalar_t>>(t, out, [&](const TileSpan& span, auto& sums) {
-    add_tile_rows<Term, scalar_t, kVectorized, kWeightFixed>(t, input, weight, span, sums);
+    add_tile_rows<Term, scalar_t, kVectorized, kWeightFixed, kMode>(t, input, weight, span, sums);
   });
 }
 
 // A total on Tiles: block work item p adds tiles [p * run, (p + 1) * run) into its threads' sums;
 // the block's sum is partial p.
-template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
+template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed, int kMode>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) tiles_total_kernel(
     Tiles t, const scalar_t* input, const scalar_t* weight, int64_t run, TotalArgs<acc_t<scalar_t>, out_t> total) {
   using acc = acc_t<scalar_t>;
@@ -598,7 +672,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) tiles_total_kernel(
     for (int k = 0; k < count; ++k) {
       const TileSpan span = tile_span<kN>(t, p * run + k, threadIdx.x % t.col_threads, threadIdx.x / t.col_threads);
       if (span.valid > 0) {
-        add_tile_rows<Term, scalar_t, kVectorized, kWeightFixed>(t, input, weight, span, sums);
+        add_tile_rows<Term, scalar_t, kVectorized, kWeightFixed, kMode>(t, input, weight, span, sums);
       }
     }
     const acc sum = block_sum(group_sum(sums), shared);
@@ -640,6 +714,28 @@ unsigned int grid_for(int64_t blocks) {
   return static_cast<unsigned int>(std::clamp<int64_t>(blocks, 1, kMaxBlocks));
 }
 
+// The variant of reduction_plan.h that CUSTOM_OPS_REDUCTION_VARIANT names, read once.
+reduction::VariantFeatures variant_features() {
+  static const int variant = [] {
+    const char* text = std::getenv("CUSTOM_OPS_REDUCTION_VARIANT");
+    const int v = reduction::parse_variant(text);
+    TORCH_CHECK(
+        v >= 0, "custom_ops: CUSTOM_OPS_REDUCTION_VARIANT must be one digit in [0, ", reduction::kVariants, "), got '",
+        text, "'");
+    return v;
+  }();
+  return reduction::variant_features(variant);
+}
+
+// The load mode (kStreamLoads | kDeepHalf bits) of a plan's stage 1 under the variant: streaming
+// only where the operands are read once (a broadcast operand should stay in L2).
+int load_mode(const reduction::Plan& plan, const reduction::VariantFeatures& variant) {
+  if (!plan.vectorized || !variant.streaming_loads || !plan.read_once) {
+    return 0;
+  }
+  return kStreamLoads | (variant.deep_half ? kDeepHalf : 0);
+}
+
 // f(std::bool_constant<a>{}, std::bool_constant<b>{}): runtime flags to template arguments.
 template <typename F>
 void with_flags(bool a, bool b, const F& f) {
@@ -650,6 +746,29 @@ void with_flags(bool a, bool b, const F& f) {
   }
 }
 
+// f(vectorized, weight_fixed, mode) as template arguments. Modes only with 16-byte loads, and
+// kDeepHalf only for 16-bit types (the others already keep 8 loads in flight): fewer instances.
+template <typename scalar_t, typename F>
+void with_plan_flags(const reduction::Plan& plan, int mode, const F& f) {
+  with_flags(plan.vectorized, plan.weight_fixed, [&](auto vectorized, auto weight_fixed) {
+    if constexpr (decltype(vectorized)::value) {
+      if ((mode & kStreamLoads) == 0) {
+        f(vectorized, weight_fixed, std::integral_constant<int, 0>{});
+        return;
+      }
+      if constexpr (sizeof(scalar_t) == 2) {
+        if ((mode & kDeepHalf) != 0) {
+          f(vectorized, weight_fixed, std::integral_constant<int, kStreamLoads | kDeepHalf>{});
+          return;
+        }
+      }
+      f(vectorized, weight_fixed, std::integral_constant<int, kStreamLoads>{});
+    } else {
+      f(vectorized, weight_fixed, std::integral_constant<int, 0>{});
+    }
+  });
+}
+
 template <typename scalar_t>
 RowsArgs<scalar_t> rows_argument(const reduction::RowsPlan& r, const scalar_t* x, const scalar_t* w) {
   return {x, w, r.length, r.input_row_stride, r.weight_row_stride, r.splits, r.segment, r.rows * r.splits};
@@ -657,18 +776,19 @@ RowsArgs<scalar_t> rows_argument(const reduction::RowsPlan& r, const scalar_t* x
 
 // Stage 1, not total: out gets one value per (output, chunk).
 template <class Term, typename scalar_t, typename out_t>
-void launch_stage1(const reduction::Plan& plan, const scalar_t* x, const scalar_t* w, out_t* out) {
+void launch_stage1(const reduction::Plan& plan, int mode, const scalar_t* x, const scalar_t* w, out_t* out) {
   const auto stream = at::cuda::getCurrentCUDAStream();
-  with_flags(plan.vectorized, plan.weight_fixed, [&](auto vectorized, auto weight_fixed) {
+  with_plan_flags<scalar_t>(plan, mode, [&](auto vectorized, auto weight_fixed, auto load_mode) {
     constexpr bool kVectorized = decltype(vectorized)::value;
     constexpr bool kWeightFixed = decltype(weight_fixed)::value;
+    constexpr int kMode = decltype(load_mode)::value;
     if (plan.layout == reduction::Layout::Rows) {
       const auto args = rows_argument(plan.rows, x, w);
       const auto grid = grid_for(at::ceil_div<int64_t>(args.segments, kWarpsPerBlock));
-      rows_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed><<<grid, kThreads, 0, stream>>>(args, out);
+      rows_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed, kMode><<<grid, kThreads, 0, stream>>>(args, out);
     } else {
       const auto t = tiles_argument(plan.tiles);
-      tiles_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed>
+      tiles_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed, kMode>
           <<<grid_for(t.tiles), kThreads, 0, stream>>>(t, x, w, out);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -680,6 +800,7 @@ void launch_stage1(const reduction::Plan& plan, const scalar_t* x, const scalar_
 template <class Term, typename scalar_t, typename out_t>
 void launch_total_stage1(
     const reduction::Plan& plan,
+    int mode,
     const scalar_t* x,
     const scalar_t* w,
     const TotalArgs<acc_t<scalar_t>, out_t>& total,
@@ -689,20 +810,22 @@ void launch_total_stage1(
   const auto y_blocks = at::ceil_div(plan.partials, x_blocks);
   TORCH_CHECK(y_blocks <= 65535, name, ": a reduction too large for one CUDA grid");
   const dim3 grid(static_cast<unsigned int>(x_blocks), static_cast<unsigned int>(y_blocks));
-  with_flags(plan.vectorized, plan.weight_fixed, [&](auto vectorized, auto weight_fixed) {
+  with_plan_flags<scalar_t>(plan, mode, [&](auto vectorized, auto weight_fixed, auto load_mode) {
     constexpr bool kVectorized = decltype(vectorized)::value;
     constexpr bool kWeightFixed = decltype(weight_fixed)::value;
+    constexpr int kMode = decltype(load_mode)::value;
     if (plan.layout == reduction::Layout::Rows && plan.weight_in_registers()) {
       TORCH_INTERNAL_ASSERT(plan.vectorized && !plan.weight_fixed);
-      if constexpr (kVectorized && !kWeightFixed) {
+      // Its weight row is shared (never read_once): always mode 0.
+      if constexpr (kVectorized && !kWeightFixed && kMode == 0) {
         shared_weight_rows_total_kernel<Term, scalar_t, out_t>
             <<<grid, kThreads, 0, stream>>>(rows_argument(plan.rows, x, w), plan.run, total);
       }
     } else if (plan.layout == reduction::Layout::Rows) {
-      rows_total_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed>
+      rows_total_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed, kMode>
           <<<grid, kThreads, 0, stream>>>(rows_argument(plan.rows, x, w), plan.run, total);
     } else {
-      tiles_total_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed>
+      tiles_total_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed, kMode>
           <<<grid, kThreads, 0, stream>>>(tiles_argument(plan.tiles), x, w, plan.run, total);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -716,39 +839,150 @@ void launch_sum_chunks(const reduction::TilesPlan& second, const acc* partial, o
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// ---- Counter slots (variant >= 1): a total's last block found without a memset per call --------
+//
+// A slot is one unsigned int of an arena per device: one caching-allocator block, taken once and
+// kept for the life of the process (bounded: kCounterSlots a device, never one per call or
+// stream), zeroed once. The kernel's atomicInc wraps the count back to zero as the last block
+// takes it, so a slot is zero between launches, and any launch ordered after the previous one on
+// the same slot may use it without a memset. Ordered, so:
+//  - an eager launch takes its stream's slot (a stream runs its kernels in order; other streams
+//    have slots of their own, so concurrent streams never share one);
+//  - a launch being captured into a CUDA graph takes a slot of its own for the graph's life: its
+//    replays are ordered among themselves (launches of one graph exec are), and a cudaUserObject
+//    owned by the graph gives the slot back once the graph, its execs and their launches are gone
+//    (the callback only returns an index: no CUDA call).
+// No slot to give (all taken, or a capture before any eager total made the arena, which takes a
+// synchronizing zero-fill): nullptr, and the caller zeroes a counter of its own (variant 0).
+// A graph instantiated twice and replayed on two streams at once would share its slot: torch's
+// CUDAGraph instantiates once.
+constexpr int64_t kCounterSlots = 4096;
+
+struct DeviceSlots {
+  std::mutex mutex;
+  at::Tensor* arena = nullptr;  // kept for the process: never destroyed (no teardown order issue)
+  std::vector<int64_t> free;
+  std::unordered_map<int64_t, int64_t> by_stream;  // CUDAStream::id() -> slot
+};
+
+DeviceSlots& device_slots(c10::DeviceIndex device) {
+  static auto* const slots = new std::array<DeviceSlots, C10_COMPILE_TIME_MAX_GPUS>();
+  return (*slots)[static_cast<size_t>(device)];
+}
+
+struct SlotOwner {
+  c10::DeviceIndex device;
+  int64_t slot;
+};
+
+void give_back_slot(void* owner_pointer) {
+  auto* owner = static_cast<SlotOwner*>(owner_pointer);
+  auto& slots = device_slots(owner->device);
+  {
+    const std::lock_guard<std::mutex> lock(slots.mutex);
+    slots.free.push_back(owner->slot);
+  }
+  delete owner;
+}
+
+unsigned int* counter_slot(const c10::cuda::CUDAStream& stream) {
+  const auto device = stream.device_index();
+  auto& slots = device_slots(device);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+#if CUDART_VERSION >= 13000
+  C10_CUDA_CHECK(cudaStreamGetCaptureInfo(stream.stream(), &status, nullptr, &graph));
+#else
+  C10_CUDA_CHECK(cudaStreamGetCaptureInfo_v2(stream.stream(), &status, nullptr, &graph, nullptr, nullptr));
+#endif
+  const std::lock_guard<std::mutex> lock(slots.mutex);
+  if (slots.arena == nullptr) {
+    if (status != cudaStreamCaptureStatusNone) {
+      return nullptr;
+    }
+    // Zeroed on this stream, then waited for: every stream's first launch on a slot sees zero.
+    auto arena = at::zeros({kCounterSlots}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, device));
+    stream.synchronize();
+    slots.arena = new at::Tensor(std::move(arena));
+    slots.free.reserve(kCounterSlots);
+    for (int64_t slot = kCounterSlots; slot-- > 0;) {
+      slots.free.push_back(slot);
+    }
+  }
+  auto* const base = reinterpret_cast<unsigned int*>(slots.arena->mutable_data_ptr<int>());
+  if (status == cudaStreamCaptureStatusActive) {
+    if (slots.free.empty()) {
+      return nullptr;
+    }
+    const int64_t slot = slots.free.back();
+    auto* owner = new SlotOwner{device, slot};
+    cudaUserObject_t object = nullptr;
+    if (cudaUserObjectCreate(&object, owner, give_back_slot, 1, cudaUserObjectNoDestructorSync) != cudaSuccess) {
+      delete owner;
+      (void)cudaGetLastError();  // cleared: the caller's memset instead
+      return nullptr;
+    }
+    slots.free.pop_back();
+    // The graph takes the one reference: the slot returns when the graph lets it go.
+    C10_CUDA_CHECK(cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove));
+    return base + slot;
+  }
+  if (status != cudaStreamCaptureStatusNone) {
+    return nullptr;  // an invalidated capture: it fails anyway
+  }
+  const auto found = slots.by_stream.find(stream.id());
+  if (found != slots.by_stream.end()) {
+    return base + found->second;
+  }
+  if (slots.free.empty()) {
+    return nullptr;
+  }
+  const int64_t slot = slots.free.back();
+  slots.free.pop_back();
+  slots.by_stream.emplace(stream.id(), slot);
+  return base + slot;
+}
+
 // The buffers below come from the caching allocator on the current stream: freed at return, they
 // are reused only by work queued after these kernels.
 template <class Term, typename scalar_t, typename out_t>
 void reduce_typed(
     const reduction::Plan& plan, const scalar_t* x, const scalar_t* w, const at::Tensor& out, const char* name) {
   using acc = acc_t<scalar_t>;
+  const auto variant = variant_features();
+  const int mode = load_mode(plan, variant);
   out_t* const result = out.mutable_data_ptr<out_t>();
   const at::TensorOptions acc_options = out.options().dtype(c10::CppTypeToScalarType<acc>::value);
   if (!plan.total) {
     if (plan.chunks() == 1) {  // stage 1 writes the result
-      launch_stage1<Term>(plan, x, w, result);
+      launch_stage1<Term>(plan, mode, x, w, result);
       return;
     }
     const at::Tensor partial = at::empty({out.numel() * plan.chunks()}, acc_options);
-    launch_stage1<Term>(plan, x, w, partial.mutable_data_ptr<acc>());
+    launch_stage1<Term>(plan, mode, x, w, partial.mutable_data_ptr<acc>());
     launch_sum_chunks(plan.second, partial.const_data_ptr<acc>(), result);
     return;
   }
   TotalArgs<acc, out_t> total{nullptr, nullptr, result, plan.partials};
   at::Tensor partials;
   if (plan.partials > 1) {
-    // The last block's counter is one more slot of the partials (any acc slot fits and aligns an
-    // unsigned int), zeroed on the stream, as ATen's Reduce.cuh zeroes its semaphores: a graph
-    // captures the memset with the kernel, and every call, stream and replay has its own.
     const bool last_block_adds = plan.passes.empty();
-    partials = at::empty({plan.partials + (last_block_adds ? 1 : 0)}, acc_options);
+    const auto stream = at::cuda::getCurrentCUDAStream();
+    if (last_block_adds && variant.counter_slots) {
+      total.counter = counter_slot(stream);
+    }
+    // Else the last block's counter is one more slot of the partials (any acc slot fits and aligns
+    // an unsigned int), zeroed on the stream, as ATen's Reduce.cuh zeroes its semaphores: a graph
+    // captures the memset with the kernel, and every call, stream and replay has its own.
+    const bool own_counter = last_block_adds && total.counter == nullptr;
+    partials = at::empty({plan.partials + (own_counter ? 1 : 0)}, acc_options);
     total.partial = partials.mutable_data_ptr<acc>();
-    if (last_block_adds) {
+    if (own_counter) {
       total.counter = reinterpret_cast<unsigned int*>(total.partial + plan.partials);
-      C10_CUDA_CHECK(cudaMemsetAsync(total.counter, 0, sizeof(unsigned int), at::cuda::getCurrentCUDAStream()));
+      C10_CUDA_CHECK(cudaMemsetAsync(total.counter, 0, sizeof(unsigned int), stream));
     }
   }
-  launch_total_stage1<Term>(plan, x, w, total, name);
+  launch_total_stage1<Term>(plan, mode, x, w, total, name);
   // Too many partials for the last block: stage 2 passes, each adding the previous one's chunks.
   at::Tensor previous = partials;
   for (size_t k = 0; k < plan.passes.size(); ++k) {
