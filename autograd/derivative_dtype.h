@@ -18,7 +18,10 @@ inline at::Tensor in_dtype(const at::Tensor& tensor, at::ScalarType dtype) {
 
 // An undefined gradient or tangent term is zero.
 inline at::Tensor add_defined(const at::Tensor& sum, const at::Tensor& term) {
-  return sum.defined() ? sum + term : term;
+  if (!sum.defined() || !term.defined()) {
+    return sum.defined() ? sum : term;
+  }
+  return sum + term;
 }
 
 // Terms over the broadcast shape, summed to `like`'s shape in their dtype, then rounded to `like`'s.
