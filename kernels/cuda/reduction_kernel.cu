@@ -302,7 +302,7 @@ __device__ __forceinline__ void add_segment(
   const auto batch = [&](int64_t g0, auto checked) {
     constexpr bool kChecked = decltype(checked)::value;
     Vector<scalar_t, kN> xg[kU];
-    Vector<scalar_t, kN> wg[kU];
+    [[maybe_unused]] Vector<scalar_t, kN> wg[kU];  // unused where the weight is fixed
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t g = g0 + u * kWarp;
@@ -602,7 +602,7 @@ __device__ __forceinline__ void add_tile_rows(
   const auto batch = [&](int64_t r, auto checked) {
     constexpr bool kChecked = decltype(checked)::value;
     Vector<scalar_t, kN> xg[kU];
-    Vector<scalar_t, kN> wg[kU];
+    [[maybe_unused]] Vector<scalar_t, kN> wg[kU];  // unused where the weight is fixed
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t row = r + u * step;
