@@ -6,6 +6,7 @@
 # the library cannot share a process, so each run is its own process. Logs and JSON under $OUT.
 #
 #   scripts/gpu-compare.sh BEFORE [BENCH_ARGS...]   (default: float32,bfloat16 from 2^24, no compile)
+# BEFORE_COMMIT and AFTER_COMMIT name the two sides in the JSON (a copied tree has no .git).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 before=$(realpath "$1"); shift
@@ -36,7 +37,7 @@ for bench in bench_weighted_sum bench_weighted_square_sum bench_fusion; do
     args=("${bench_args[@]}")
     [ $bench = bench_fusion ] && args=(--dtypes float32,bfloat16)
     (cd "$tree" && python3 bench/$bench.py --library install-compare/lib/libcustom_ops.so "${args[@]}" "${extra[@]}" \
-      --git-commit "$side" --output "$OUT/$bench-$side.json") >"$OUT/$bench-$side.log" 2>&1 ||
+      --git-commit "$(eval echo "\${${side^^}_COMMIT:-$side}")" --output "$OUT/$bench-$side.json") >"$OUT/$bench-$side.log" 2>&1 ||
       { echo "$bench ($side) failed:"; tail -20 "$OUT/$bench-$side.log"; status=1; }
   done
   echo "== $bench =="
