@@ -35,6 +35,8 @@ function(custom_ops_add_cpu_kernels target)
     target_compile_options(${_object} PRIVATE ${_flags_${cap}} -Wno-psabi)
     target_include_directories(${_object} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/ops/include)
     target_link_libraries(${_object} PRIVATE torch)
+    # torch >= 2.14 asks for C++20 through its target; 2.11 does not, and the loops use it too.
+    target_compile_features(${_object} PRIVATE cxx_std_20)
     if(OpenMP_CXX_FOUND)
       target_compile_options(${_object} PRIVATE ${OpenMP_CXX_FLAGS})
     endif()
