@@ -17,6 +17,8 @@ PREFIX ?= $(CURDIR)/install$(if $(TORCH),-torch-$(TORCH))
 CUDA ?= AUTO
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
+# The GoogleTest suite: built for make test; make demo builds only what the demo runs.
+BUILD_TESTS ?= ON
 PYTEST_ARGS ?=
 # pytest-xdist processes for the Python tests (1: none), each taking whole test files: a file's
 # session fixtures and its campaign's count test stay in one process. Without pytest-xdist: one.
@@ -42,10 +44,11 @@ install:
 	@mkdir -p $(BUILD)
 	TORCH=$(TORCH) INSTALL_TEST_TOOLS=$(INSTALL_TEST_TOOLS) scripts/setup-env.sh $(SETUP_FOR) > $(BUILD)/python-path
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUSTOM_OPS_CUDA=$(CUDA) \
-	  -DPython3_EXECUTABLE=$$(cat $(BUILD)/python-path) $(CMAKE_ARGS)
+	  -DCUSTOM_OPS_BUILD_TESTS=$(BUILD_TESTS) -DPython3_EXECUTABLE=$$(cat $(BUILD)/python-path) $(CMAKE_ARGS)
 	cmake --build $(BUILD) -j $(JOBS)
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
+demo: BUILD_TESTS = OFF
 demo: install
 	PYTHON=$(PYTHON) PREFIX=$(PREFIX) EXAMPLE_BUILD=$(BUILD)/examples MODELS=$(BUILD)/models examples/run_demo.sh
 
