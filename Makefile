@@ -1,9 +1,10 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The two commands of the README:
 #   make demo   set up, build, install to ./install, show the op from Python and from C++
 #   make test   set up, build, install, run every C++ (ctest) and Python (pytest) test
 #   make format reformat our C++/CUDA (clang-format) and Python (ruff), apply ruff's safe fixes
 #   make lint   check formatting, ruff's rules and clang-tidy's (the tools: requirements-lint.txt)
-#   make wheel  a wheel of the Python package in dist/, named for its torch and CUDA
+#   make wheel  a manylinux wheel of the Python package in dist/, named for its torch and CUDA
 # Set-up (scripts/setup-env.sh) checks, before compiling, what the build needs: it uses python3 when
 # its torch is in the supported range (make test adds the test tools it lacks, saying so), else makes
 # .venv with the newest; TORCH=X.Y.Z builds and tests against that release instead (own build dirs).
@@ -63,11 +64,17 @@ test: install
 	  $(PYTHON) -m pytest tests/python -q -rs $$([ "$$workers" -gt 1 ] && echo -n "-n $$workers --dist loadfile") \
 	  $(PYTEST_ARGS)
 
-# The Python package as a wheel (pip install dist/*.whl), built against the torch `make install` uses.
+# The Python package as a wheel for other machines (pip install dist/*.whl), built against the torch
+# `make install` uses: CUDA kernels for every architecture torch 2.11-2.15's CUDA 13 wheels have (not
+# the local GPU's), then a manylinux tag from auditwheel, which leaves torch's libraries out.
+WHEEL_CUDA_ARCHS ?= 7.5;8.0;8.6;9.0;10.0;12.0+PTX
 wheel:
 	@mkdir -p $(BUILD)
 	TORCH=$(TORCH) scripts/setup-env.sh > $(BUILD)/python-path
-	$$(cat $(BUILD)/python-path) -m pip wheel --no-deps -w dist -C cmake.define.CUSTOM_OPS_CUDA=$(CUDA) .
+	rm -rf $(BUILD)/wheel
+	TORCH_CUDA_ARCH_LIST="$(WHEEL_CUDA_ARCHS)" $$(cat $(BUILD)/python-path) -m pip wheel --no-deps -w $(BUILD)/wheel \
+	  -C cmake.define.CUSTOM_OPS_CUDA=$(CUDA) .
+	scripts/packaging/repair-wheel.sh $$(ls $(BUILD)/wheel/custom_ops-*.whl) dist
 
 # The C++ tests again, built with AddressSanitizer and UndefinedBehaviorSanitizer (CPU kernels).
 # -O1 and line tables only (-g1): what the sanitizers' reports need, and the build (every file
