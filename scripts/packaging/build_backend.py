@@ -18,10 +18,18 @@ are dynamic: the exact torch release the wheel was built against (torch_requirem
 from __future__ import annotations
 
 import pathlib
+import sys
 
 import torch_requirement
-from scikit_build_core import build as _scikit_build
-from scikit_build_core.build import build_sdist, get_requires_for_build_sdist  # noqa: F401 (hooks)
+
+try:
+    from scikit_build_core import build as _scikit_build
+    from scikit_build_core.build import build_sdist, get_requires_for_build_sdist  # noqa: F401 (hooks)
+except ImportError:  # --no-build-isolation builds with what is installed, and pyproject's requires are not
+    sys.exit(
+        "custom-ops: a build without isolation uses the build tools installed here, and "
+        f"{sys.executable} lacks scikit-build-core: pip install 'scikit-build-core>=0.11' (or uv pip install ...)"
+    )
 
 
 def _with_torch(config_settings):

@@ -137,10 +137,28 @@ def no_isolation_command(environ=None, parent: str | None = None) -> str:
     return "pip install --no-build-isolation ."
 
 
+def in_isolated_venv(environ=None, parent: str | None = None, prefix: str | None = None) -> bool:
+    """Whether this build runs in a frontend's own new venv (uv's, python -m build's), where the
+    user's torch cannot be seen, rather than in the user's environment."""
+    environ = os.environ if environ is None else environ
+    parent = _parent_command() if parent is None else parent
+    prefix = sys.prefix if prefix is None else prefix
+    if environ.get("UV"):
+        return "/builds-v" in prefix
+    if re.search(r"(-m build\b|pyproject-build)", parent):
+        return not re.search(r"\s(--no-isolation|-n)(\s|$)", parent)
+    return False
+
+
 def require_torch() -> dict:
     """The torch to build against, in the supported range; else one actionable line and exit 1."""
     facts = torch_to_build_against()
     spec = torch_range_text()
+    if facts is None and in_isolated_venv():
+        sys.exit(
+            f"custom-ops: builds against the torch you installed, which this isolated build environment "
+            f"({sys.prefix}) cannot see: {no_isolation_command()} (with torch installed: pip install '{spec}')"
+        )
     if facts is None:
         sys.exit(
             f"custom-ops: no torch to build against in {sys.executable}: install torch first "

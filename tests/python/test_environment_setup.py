@@ -151,6 +151,21 @@ def test_the_flag_named_is_the_running_frontends(parent, command):
     assert torch_requirement.no_isolation_command({}, parent) == command
 
 
+@pytest.mark.parametrize(
+    ("environ", "parent", "prefix", "isolated"),
+    [
+        ({"UV": "/bin/uv"}, "/bin/uv pip install .", "/root/.cache/uv/builds-v0/.tmpAb12", True),
+        ({"UV": "/bin/uv"}, "/bin/uv pip install --no-build-isolation .", "/home/me/venv", False),
+        ({}, "/venv/bin/python -m build --wheel .", "/tmp/build-env-x1", True),
+        ({}, "/venv/bin/python -m build --wheel --no-isolation .", "/venv", False),
+        ({}, "/venv/bin/python -m build -n .", "/venv", False),
+        ({}, "/venv/bin/python /venv/bin/pip install .", "/venv", False),  # pip's isolation: looked past
+    ],
+)
+def test_a_frontends_own_build_venv_is_told_apart(environ, parent, prefix, isolated):
+    assert torch_requirement.in_isolated_venv(environ, parent, prefix) is isolated
+
+
 @pytest.mark.parametrize(("built", "installed", "same"), TORCH_RELEASES)
 def test_the_wheel_requires_the_exact_torch_release_it_was_built_against(built, installed, same):
     pin = Requirement(torch_requirement.torch_pin(built))
