@@ -8,7 +8,8 @@
 # Set-up (scripts/setup-env.sh) checks, before compiling, what the build needs: it uses python3 when
 # its torch is in the supported range (make test adds the test tools it lacks, saying so), else makes
 # .venv with the newest; TORCH=X.Y.Z builds and tests against that release instead (own build dirs).
-# GPU architectures: TORCH_CUDA_ARCH_LIST (environment or CMAKE_ARGS), as for PyTorch extensions.
+# GPU architectures: TORCH_CUDA_ARCH_LIST (environment or CMAKE_ARGS; numbers, names such as Hopper,
+# or native), as for PyTorch extensions; unset, the visible GPUs' (torch's list when none is visible).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
