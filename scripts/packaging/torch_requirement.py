@@ -31,6 +31,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import tempfile
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -147,7 +148,9 @@ def in_isolated_venv(environ=None, parent: str | None = None, prefix: str | None
         return "/builds-v" in prefix
     if re.search(r"(-m build\b|pyproject-build)", parent):
         return not re.search(r"\s(--no-isolation|-n)(\s|$)", parent)
-    return False
+    # pip's isolation with a venv of its own (its default puts the user's interpreter in charge):
+    # a temporary build-env venv.
+    return "build-env" in pathlib.Path(prefix).name and prefix.startswith(tempfile.gettempdir())
 
 
 def require_torch() -> dict:

@@ -160,6 +160,7 @@ def test_the_flag_named_is_the_running_frontends(parent, command):
         ({}, "/venv/bin/python -m build --wheel --no-isolation .", "/venv", False),
         ({}, "/venv/bin/python -m build -n .", "/venv", False),
         ({}, "/venv/bin/python /venv/bin/pip install .", "/venv", False),  # pip's isolation: looked past
+        ({}, "/venv/bin/python /venv/bin/pip install .", "/tmp/pip-build-env-x1", True),  # a venv of pip's
     ],
 )
 def test_a_frontends_own_build_venv_is_told_apart(environ, parent, prefix, isolated):
