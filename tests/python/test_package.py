@@ -534,8 +534,11 @@ def test_on_disk_cache_does_not_cross_states(site, op, tmp_path, monkeypatch):
 
 @pytest.mark.skipif(shutil.which("readelf") is None, reason="needs readelf")
 def test_make_wheel_repairs_the_wheel_into_a_manylinux_one_without_torch(site, tmp_path):
-    # The package as pip installed it (its files and dist-info), zipped as the wheel pip built, then
-    # scripts/packaging/repair-wheel.sh as make wheel runs it (auditwheel from PyPI into .venv-wheel).
+    # The package as pip installed it (its files and dist-info, a RECORD of them), zipped as the wheel
+    # pip built, then scripts/packaging/repair-wheel.sh as make wheel runs it (auditwheel from PyPI
+    # into .venv-wheel).
+    import base64
+    import hashlib
     import zipfile
 
     where = pathlib.Path(
@@ -546,11 +549,17 @@ def test_make_wheel_repairs_the_wheel_into_a_manylinux_one_without_torch(site, t
     (dist_info,) = where.glob("custom_ops-*.dist-info")
     version = dist_info.name[len("custom_ops-") : -len(".dist-info")]
     wheel = tmp_path / f"custom_ops-{version}-py3-none-linux_x86_64.whl"
+    record = f"{dist_info.name}/RECORD"
+    lines = []
     with zipfile.ZipFile(wheel, "w") as archive:
         for directory in (where / "custom_ops", dist_info):
-            for file in directory.rglob("*"):
-                if file.is_file() and "__pycache__" not in file.parts:
-                    archive.write(file, file.relative_to(where).as_posix())
+            for file in sorted(directory.rglob("*")):
+                name = file.relative_to(where).as_posix()
+                if file.is_file() and "__pycache__" not in file.parts and name != record:
+                    archive.write(file, name)
+                    digest = base64.urlsafe_b64encode(hashlib.sha256(file.read_bytes()).digest()).rstrip(b"=")
+                    lines.append(f"{name},sha256={digest.decode()},{file.stat().st_size}")
+        archive.writestr(record, "\n".join([*lines, f"{record},,"]) + "\n")
     out = tmp_path / "dist"
     result = subprocess.run(
         [str(REPO / "scripts" / "packaging" / "repair-wheel.sh"), str(wheel), str(out)],
