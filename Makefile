@@ -1,14 +1,16 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The two commands of the README:
 #   make demo   set up, build, install to ./install, show the op from Python and from C++
 #   make test   set up, build, install, run every C++ (ctest) and Python (pytest) test
 #   make test-op OP=NAME  the same build, then every test of that one operator (scripts/new_op.py)
 #   make format reformat our C++/CUDA (clang-format) and Python (ruff), apply ruff's safe fixes
 #   make lint   check formatting, ruff's rules and clang-tidy's (the tools: requirements-lint.txt)
-#   make wheel  a wheel of the Python package in dist/, named for its torch and CUDA
+#   make wheel  a manylinux wheel of the Python package in dist/, named for its torch and CUDA
 # Set-up (scripts/setup-env.sh) checks, before compiling, what the build needs: it uses python3 when
 # its torch is in the supported range (make test adds the test tools it lacks, saying so), else makes
 # .venv with the newest; TORCH=X.Y.Z builds and tests against that release instead (own build dirs).
-# GPU architectures: TORCH_CUDA_ARCH_LIST (environment or CMAKE_ARGS), as for PyTorch extensions.
+# GPU architectures: TORCH_CUDA_ARCH_LIST (environment or CMAKE_ARGS; numbers, names such as Hopper,
+# or native), as for PyTorch extensions; unset, the visible GPUs' (torch's list when none is visible).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -18,6 +20,8 @@ PREFIX ?= $(CURDIR)/install$(if $(TORCH),-torch-$(TORCH))
 CUDA ?= AUTO
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
+# The GoogleTest suite: built for make test; make demo builds only what the demo runs.
+BUILD_TESTS ?= ON
 PYTEST_ARGS ?=
 # pytest-xdist processes for the Python tests (1: none), each taking whole test files: a file's
 # session fixtures and its campaign's count test stay in one process. Without pytest-xdist: one.
@@ -43,10 +47,11 @@ install:
 	@mkdir -p $(BUILD)
 	TORCH=$(TORCH) INSTALL_TEST_TOOLS=$(INSTALL_TEST_TOOLS) scripts/setup-env.sh $(SETUP_FOR) > $(BUILD)/python-path
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUSTOM_OPS_CUDA=$(CUDA) \
-	  -DPython3_EXECUTABLE=$$(cat $(BUILD)/python-path) $(CMAKE_ARGS)
+	  -DCUSTOM_OPS_BUILD_TESTS=$(BUILD_TESTS) -DPython3_EXECUTABLE=$$(cat $(BUILD)/python-path) $(CMAKE_ARGS)
 	cmake --build $(BUILD) -j $(JOBS)
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
+demo: BUILD_TESTS = OFF
 demo: install
 	PYTHON=$(PYTHON) PREFIX=$(PREFIX) EXAMPLE_BUILD=$(BUILD)/examples MODELS=$(BUILD)/models examples/run_demo.sh
 
@@ -80,11 +85,17 @@ test-op: install
 	  $(PYTHON) -m pytest tests/python -q -rs -k '$(OP)' $$([ "$$workers" -gt 1 ] && echo -n "-n $$workers --dist loadfile") \
 	  $(PYTEST_ARGS)
 
-# The Python package as a wheel (pip install dist/*.whl), built against the torch `make install` uses.
+# The Python package as a wheel for other machines (pip install dist/*.whl), built against the torch
+# `make install` uses: CUDA kernels for every architecture torch 2.11-2.15's CUDA 13 wheels have (not
+# the local GPU's), then a manylinux tag from auditwheel, which leaves torch's libraries out.
+WHEEL_CUDA_ARCHS ?= 7.5;8.0;8.6;9.0;10.0;12.0+PTX
 wheel:
 	@mkdir -p $(BUILD)
 	TORCH=$(TORCH) scripts/setup-env.sh > $(BUILD)/python-path
-	$$(cat $(BUILD)/python-path) -m pip wheel --no-deps -w dist -C cmake.define.CUSTOM_OPS_CUDA=$(CUDA) .
+	rm -rf $(BUILD)/wheel
+	TORCH_CUDA_ARCH_LIST="$(WHEEL_CUDA_ARCHS)" $$(cat $(BUILD)/python-path) -m pip wheel --no-deps -w $(BUILD)/wheel \
+	  -C cmake.define.CUSTOM_OPS_CUDA=$(CUDA) .
+	scripts/packaging/repair-wheel.sh $$(ls $(BUILD)/wheel/custom_ops-*.whl) dist
 
 # The C++ tests again, built with AddressSanitizer and UndefinedBehaviorSanitizer (CPU kernels).
 # -O1 and line tables only (-g1): what the sanitizers' reports need, and the build (every file

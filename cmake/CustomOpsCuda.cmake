@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Turns CUSTOM_OPS_CUDA (AUTO|ON|OFF) into CUSTOM_OPS_WITH_CUDA. Asking for CUDA without a CUDA
 # torch or without nvcc is an error: a library that claims CUDA but has no CUDA kernels is the
 # most common bug in this field.

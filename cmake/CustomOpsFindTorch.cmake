@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # custom_ops_find_torch(): find_package(Torch) so that it configures quietly and links right on
 # real machines. Used by this project and, installed with the package, by CustomOpsConfig.cmake,
 # so an app built with find_package(CustomOps) gets the same treatment.
@@ -16,6 +17,9 @@
 #   site-packages/nvidia/*/lib; torch 2.15 with a 13.0 toolkit: libnccl.so.2 without ncclCommResume).
 #   ld searches -rpath before the RPATH of libtorch_cuda.so, so torch's own directories go first
 #   as -rpath-link (link time only; run time already follows libtorch_cuda.so's RPATH).
+# - torch's wheels have kineto inside libtorch_cpu.so, but TorchConfig.cmake still looks for a
+#   separate libkineto and warns "library kineto not found" to every consumer. Naming the library
+#   that holds it answers that search (it is on the link line already), so there is no warning.
 # - C++20 for nvcc: torch >= 2.14's headers need it, a target's cxx_std_20 asks it of CUDA sources
 #   too, and CMake before 3.26 knows no flag for it.
 macro(custom_ops_find_torch)
@@ -38,6 +42,18 @@ macro(custom_ops_find_torch)
     endif()
   elseif(NOT TARGET torch::cudart)
     add_library(torch::cudart INTERFACE IMPORTED)
+  endif()
+  if(NOT DEFINED CACHE{kineto_LIBRARY})
+    find_file(_custom_ops_torch_config TorchConfig.cmake HINTS "${Torch_DIR}" PATH_SUFFIXES share/cmake/Torch Torch
+              NO_CACHE)
+    if(_custom_ops_torch_config)
+      get_filename_component(_custom_ops_torch_lib "${_custom_ops_torch_config}/../../../../lib" ABSOLUTE)
+      file(GLOB _custom_ops_kineto "${_custom_ops_torch_lib}/libkineto.*")
+      if(NOT _custom_ops_kineto AND EXISTS "${_custom_ops_torch_lib}/libtorch_cpu.so")
+        set(kineto_LIBRARY "${_custom_ops_torch_lib}/libtorch_cpu.so" CACHE FILEPATH
+            "kineto, which torch's wheels build into libtorch_cpu.so (set by custom-ops)")
+      endif()
+    endif()
   endif()
   find_package(Torch ${ARGN})
   set(CMAKE_CUDA_ARCHITECTURES OFF)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # cmake --install: lib/libcustom_ops.so, include/custom_ops/*.h, share/doc (license, changelog) and the CMake package
 # lib/cmake/CustomOps (config, version file, exported target CustomOps::custom_ops); lib and
 # include as GNUInstallDirs names them for the platform.

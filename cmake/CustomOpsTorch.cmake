@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Finds libtorch: a standalone libtorch or torch install on CMAKE_PREFIX_PATH / Torch_DIR first,
 # else the torch of the Python interpreter CMake finds (only its interpreter: nothing links libpython),
 # and refuses a torch release outside the supported range (requirements.txt states it, once).
@@ -10,7 +11,7 @@ find_path(_torch_config_dir TorchConfig.cmake PATH_SUFFIXES share/cmake/Torch NO
 if(NOT _torch_config_dir AND NOT Torch_DIR)
   find_package(Python3 REQUIRED COMPONENTS Interpreter)
   execute_process(
-    COMMAND "${Python3_EXECUTABLE}" -c "import torch; print(torch.utils.cmake_prefix_path)"
+    COMMAND "${Python3_EXECUTABLE}" -W ignore -c "import torch; print(torch.utils.cmake_prefix_path)"
     OUTPUT_VARIABLE _torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
     RESULT_VARIABLE _torch_result)
   if(NOT _torch_result EQUAL 0)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The GPU check: on the H200 machine (offline, torch preinstalled under python3), build with the
 # CUDA kernels against that torch, run every C++ and Python test, the CUDA tests again under
 # compute-sanitizer, and (with --bench) the benchmark. Logs go to $OUT (default ./gpu-check-out);

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Prints the Python interpreter to build (and test) with, after checking, before any compiling,
 # that everything the build needs is there. Everything it says goes to stderr, the path to stdout.
 #
@@ -10,7 +11,7 @@
 #                used as it is: torch is never replaced; test tools it lacks are pip-installed into
 #                it, saying so (INSTALL_TEST_TOOLS=no: the command to run is printed instead).
 #                Otherwise, saying why, .venv in this checkout, created once with the newest torch
-#                of the range (and for --test the test and ONNX tools).
+#                of the range and numpy (and for --test the test and ONNX tools).
 #   TORCH=X.Y.Z: likewise with release X.Y.Z and .venv-torch-X.Y.Z.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +55,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 command -v python3 >/dev/null || { say "no python3 on PATH: install Python 3.10 or newer"; exit 1; }
+# pyproject.toml's requires-python, which torch 2.11-2.15 share.
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+  { say "$(command -v python3) is Python $(python3 -c 'import platform; print(platform.python_version())'): install Python 3.10 or newer"; exit 1; }
 check=(check ${wanted:+--release "$wanted"})
 if why=$(requirement python3 "${check[@]}" 2>&1); then
   python=$(command -v python3)
@@ -71,8 +75,10 @@ else
     say "creating $venv with torch ${wanted:-newest of $torch} from PyPI (a few GB, minutes the first time)"
     python3 -m venv "$venv"
     "$python" -m pip install -q --upgrade pip >&2
-    "$python" -m pip install -q "${wanted:+torch==$wanted}${wanted:-$torch}" >&2
+    "$python" -m pip install -q "${wanted:+torch==$wanted}${wanted:-$torch}" numpy >&2
   fi
+  # numpy: torch warns on import without it ("Failed to initialize NumPy"), in the demo's output too.
+  "$python" -c 'import numpy' 2>/dev/null || "$python" -m pip install -q numpy >&2
   # This checkout's own environment also gets the ONNX tools, so that every test runs.
   if $for_tests; then
     mapfile -t tools < <(requirement "$python" check --extras test,onnx)

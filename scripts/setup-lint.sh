@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Creates .venv-lint with the pinned lint and format tools (requirements-lint.txt) from PyPI, and
 # brings it up to date when requirements-lint.txt changes. Own venv: the tools need no torch, and
 # the pins stay out of the build and test environment.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The `custom` operators from Python: eager on CPU (and CUDA), autograd, torch.compile, and,
 given the C++ app, the same operator from a process without Python.
 
@@ -13,12 +14,21 @@ weighted_square_sum).
 from __future__ import annotations
 
 import argparse
+import logging
 import pathlib
 import subprocess
 import sys
 import tempfile
+import warnings
 
-import torch
+# Third-party messages that ask nothing of a user, silenced at their source (each by its text, so
+# anything else still shows): torch without numpy warns on import (nothing here uses numpy), and
+# torch.utils.cpp_extension logs "No CUDA runtime is found" when Inductor compiles the CPU package
+# on a machine without a GPU.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+
+import torch  # noqa: E402 (after the filter)
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import export_models
@@ -81,7 +91,10 @@ def show_device(device: str) -> bool:
 def run_cpp_app(app: pathlib.Path, out_dir: pathlib.Path) -> bool:
     device = "cuda" if cuda_usable() else "cpu"
     print(f"\n== C++: {app} ==")
-    torchscript = export_models.export_torchscript(out_dir / "weighted_sum.pt")
+    with warnings.catch_warnings():
+        # torch >= 2.14 deprecates torch.jit.script and torch.jit.save (FutureWarning); the README says so.
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)
+        torchscript = export_models.export_torchscript(out_dir / "weighted_sum.pt")
     print(f"wrote {torchscript}")
     print(f"compiling the AOTInductor package for {device} (a C++ compile: tens of seconds)...", flush=True)
     package = export_models.export_aoti(out_dir / f"weighted_sum_{device}.pt2", device)

@@ -9,8 +9,10 @@ by importing it: ``custom_ops.sharding`` (DTensor sharding rules) and ``custom_o
 export).
 
 The library is C++ against libtorch's ABI, which changes between torch releases: the package only
-imports under the torch version it was built against (ImportError otherwise). ``pip install .``
-builds it against the torch already installed, and never installs another one.
+imports under the torch release it was built against (ImportError otherwise; a local label such as
++cu132 may differ), which its wheel also requires (``torch==X.Y.Z``), so pip and import agree.
+``pip install --no-build-isolation .`` builds it against the torch already installed, and never
+installs another one.
 """
 
 from __future__ import annotations
@@ -55,14 +57,20 @@ _LIBRARY = pathlib.Path(__file__).resolve().with_name("libcustom_ops.so")
 
 
 def _release(version: str) -> str:
-    """'2.11.0+cu130' -> '2.11.0', '2.12.0.dev20260101' -> '2.12.0'."""
-    match = re.match(r"\d+(\.\d+)*", str(version))
-    return match.group(0) if match else str(version)
+    """The version without its local label: '2.11.0+cu130' -> '2.11.0', '2.12.0.dev20260101+cpu' ->
+    '2.12.0.dev20260101'."""
+    return str(version).split("+", 1)[0]
+
+
+def _same_torch(built: str, running: str) -> bool:
+    """The wheel's requirement (scripts/packaging/torch_requirement.py's torch_pin: torch==X.Y.Z):
+    the same release, whatever the local labels. A patch release (2.15.1 for 2.15.0) is another
+    release: torch does not promise its C++ ABI across them."""
+    return _release(built) == _release(running)
 
 
 def _check_torch_version() -> None:
-    built, running = _release(TORCH_VERSION), _release(torch.__version__)
-    if built != running:
+    if not _same_torch(TORCH_VERSION, torch.__version__):
         raise ImportError(
             f"custom_ops {__version__} was built against torch {TORCH_VERSION}, but torch {torch.__version__} "
             f"is installed ({pathlib.Path(torch.__file__).parent}). Its C++ library only works with the "
@@ -133,10 +141,31 @@ def _warn_for_gpus_without_kernels(archs: str = CUDA_ARCHS) -> None:
         pass
 
 
+def _warn_without_cuda_kernels() -> None:
+    """One warning when the library has no CUDA kernels and a GPU is visible: its ops would only
+    fail on CUDA tensors ("no kernel for CUDA"), and the build said so only in its configure log."""
+    try:
+        count = torch.cuda.device_count()
+        if count:
+            warnings.warn(
+                f"custom_ops: libcustom_ops.so has no CUDA kernels, but {count} GPU(s) are visible "
+                f"({torch.cuda.get_device_name(0)}): its ops run on CPU tensors only. It was built without "
+                f"nvcc or with CUSTOM_OPS_CUDA=OFF; rebuild it with a CUDA {torch.version.cuda} toolkit: "
+                "pip install --no-build-isolation . -C cmake.define.CUSTOM_OPS_CUDA=ON",
+                stacklevel=2,
+            )
+    except Exception:  # a failing check must not make CUDA's initialization fail
+        pass
+
+
 _check_torch_version()
 _load()
+# When CUDA starts (at once if it already has): importing does not initialize CUDA, which would
+# break a later fork's use of it.
 if WITH_CUDA:
     torch.cuda._lazy_call(_warn_for_gpus_without_kernels)
+elif torch.version.cuda:
+    torch.cuda._lazy_call(_warn_without_cuda_kernels)
 
 
 def library_path() -> str:

@@ -1,19 +1,35 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """pyproject.toml's build backend: scikit-build-core, told where the user's torch is.
 
 The library must be built against the torch it will run under, so torch is not a build
-requirement (pip would download a second one into its isolated build environment). A plain
-`pip install .` builds against the torch of the interpreter pip runs in, which build isolation
-hides: torch_requirement finds it and hands its CMake directory and GPU architectures to CMake.
-Without a torch in range the build stops at once with one line saying what to install.
+requirement (pip would download a second one into its isolated build environment). The documented
+way is without isolation (`pip install --no-build-isolation .`, `uv pip install --no-build-isolation .`).
+A plain `pip install .` builds against the torch of the interpreter pip runs in, which pip's build
+isolation hides: torch_requirement finds it and hands its CMake directory, CUDA release, GPU
+architectures and visible GPUs to CMake. Frontends whose isolated environment is a new venv (uv,
+python -m build) cannot be looked past: without a torch in range the build stops at once with one
+line naming the command, flag included, that builds against the user's torch.
+
+uv's `extra-build-dependencies` with `match-runtime = true` would install the user's torch release
+into uv's build environment, but uv refuses it for a package with dynamic dependencies, and ours
+are dynamic: the exact torch release the wheel was built against (torch_requirement.torch_pin).
 """
 
 from __future__ import annotations
 
 import pathlib
+import sys
 
 import torch_requirement
-from scikit_build_core import build as _scikit_build
-from scikit_build_core.build import build_sdist, get_requires_for_build_sdist  # noqa: F401 (hooks)
+
+try:
+    from scikit_build_core import build as _scikit_build
+    from scikit_build_core.build import build_sdist, get_requires_for_build_sdist  # noqa: F401 (hooks)
+except ImportError:  # --no-build-isolation builds with what is installed, and pyproject's requires are not
+    sys.exit(
+        "custom-ops: a build without isolation uses the build tools installed here, and "
+        f"{sys.executable} lacks scikit-build-core: pip install 'scikit-build-core>=0.11' (or uv pip install ...)"
+    )
 
 
 def _with_torch(config_settings):
@@ -22,6 +38,8 @@ def _with_torch(config_settings):
     if facts["outside_build_environment"]:
         settings.setdefault("cmake.define.Torch_DIR", str(pathlib.Path(facts["cmake_prefix"]) / "Torch"))
         settings.setdefault("cmake.define.CUSTOM_OPS_TORCH_ARCH_FLAGS", facts["arch_flags"].replace(" ", ";"))
+        settings.setdefault("cmake.define.CUSTOM_OPS_TORCH_CUDA_VERSION", facts["cuda"] or "")
+        settings.setdefault("cmake.define.CUSTOM_OPS_VISIBLE_GPUS", facts["visible_gpus"].replace(" ", ";"))
     return settings
 
 

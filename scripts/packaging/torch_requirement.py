@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What custom-ops needs of a Python environment, stated once and read here by everything else.
 
 - The supported torch range: requirements.txt's one line, parsed with `packaging`. CMake reads the
@@ -7,8 +8,9 @@
   interpreter pip runs in (pip hides it from the build; the library must match the torch it runs under).
 
 As a scikit-build-core metadata provider (pyproject.toml) it gives the wheel's dependencies
-(``torch==X.Y.*``: the library is tied to that release's C++ ABI) and its version, whose local label
-names the torch and CUDA it was built for (``0.2.0+torch2.15.cu132``). As a command, it answers
+(``torch==X.Y.Z``, the exact release it was built against, as torchvision pins it: the library is
+tied to that release's C++ ABI, and ``import custom_ops`` checks the same rule, `torch_pin`) and its
+version, whose local label names the torch and CUDA it was built for (``0.2.0+torch2.15.cu132``). As a command, it answers
 scripts/setup-env.sh and .ci/run::
 
     python torch_requirement.py range            torch>=2.11,<2.16
@@ -29,6 +31,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import tempfile
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -83,9 +86,19 @@ def _module_of(distribution: str) -> str:
     return {"pytest-xdist": "xdist", "scikit-build-core": "scikit_build_core"}.get(distribution, distribution)
 
 
+def torch_pin(version: str) -> str:
+    """The requirement a build against torch `version` puts in the wheel: that release exactly, any
+    local label (+cu132, +cpu: the same C++ ABI; the CUDA runtime is checked when the library loads).
+    python/custom_ops/__init__.py's import check applies the same rule."""
+    return f"torch=={Version(version).public}"
+
+
+# What the build needs of the torch it builds against; the visible GPUs' compute capabilities as
+# torch.utils.cpp_extension reads them (CUDA_VISIBLE_DEVICES applies), for the default architectures.
 _FACTS = (
-    "import json, torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
+    "import json, torch; c = torch.cuda; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
     "'arch_flags': getattr(torch._C, '_cuda_getArchFlags', lambda: '')() or '', "
+    "'visible_gpus': ' '.join('%d.%d' % c.get_device_capability(i) for i in range(c.device_count())), "
     "'cmake_prefix': torch.utils.cmake_prefix_path, 'python': __import__('sys').executable}))"
 )
 
@@ -99,20 +112,60 @@ def torch_to_build_against() -> dict | None:
     interpreter without those variables sees the user's torch."""
     isolated = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
     for environment in (None, isolated):
-        found = subprocess.run([sys.executable, "-c", _FACTS], capture_output=True, text=True, env=environment)
+        found = subprocess.run([sys.executable, "-W", "ignore", "-c", _FACTS], capture_output=True, text=True, env=environment)
         if found.returncode == 0:
             return {**json.loads(found.stdout), "outside_build_environment": environment is not None}
     return None
+
+
+def _parent_command() -> str:
+    try:
+        return pathlib.Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def no_isolation_command(environ=None, parent: str | None = None) -> str:
+    """The command that builds against the user's torch, for the frontend running this build: uv
+    (it sets UV), python -m build, else pip. Their isolated build environments are new venvs that
+    cannot see the user's torch (pip's own isolation can: torch_to_build_against looks past it)."""
+    environ = os.environ if environ is None else environ
+    parent = _parent_command() if parent is None else parent
+    if environ.get("UV"):
+        return "uv pip install --no-build-isolation ."
+    if re.search(r"(-m build\b|pyproject-build)", parent):
+        return "python -m build --wheel --no-isolation"
+    return "pip install --no-build-isolation ."
+
+
+def in_isolated_venv(environ=None, parent: str | None = None, prefix: str | None = None) -> bool:
+    """Whether this build runs in a frontend's own new venv (uv's, python -m build's), where the
+    user's torch cannot be seen, rather than in the user's environment."""
+    environ = os.environ if environ is None else environ
+    parent = _parent_command() if parent is None else parent
+    prefix = sys.prefix if prefix is None else prefix
+    if environ.get("UV"):
+        return "/builds-v" in prefix
+    if re.search(r"(-m build\b|pyproject-build)", parent):
+        return not re.search(r"\s(--no-isolation|-n)(\s|$)", parent)
+    # pip's isolation with a venv of its own (its default puts the user's interpreter in charge):
+    # a temporary build-env venv.
+    return "build-env" in pathlib.Path(prefix).name and prefix.startswith(tempfile.gettempdir())
 
 
 def require_torch() -> dict:
     """The torch to build against, in the supported range; else one actionable line and exit 1."""
     facts = torch_to_build_against()
     spec = torch_range_text()
+    if facts is None and in_isolated_venv():
+        sys.exit(
+            f"custom-ops: builds against the torch you installed, which this isolated build environment "
+            f"({sys.prefix}) cannot see: {no_isolation_command()} (with torch installed: pip install '{spec}')"
+        )
     if facts is None:
         sys.exit(
             f"custom-ops: no torch to build against in {sys.executable}: install torch first "
-            f"(pip install '{spec}'), then pip install . (python -m build: add --no-isolation)"
+            f"(pip install '{spec}'), then build where it is, without build isolation: {no_isolation_command()}"
         )
     if outside_range(facts["version"]):
         sys.exit(f"custom-ops: supports {spec}; {facts['python']} has torch {facts['version']}")
@@ -123,7 +176,7 @@ def dynamic_metadata(field, settings=None, project=None):  # unused arguments: t
     facts = require_torch()
     series = ".".join(Version(facts["version"]).base_version.split(".")[:2])
     if field == "dependencies":
-        return [f"torch=={series}.*"]
+        return [torch_pin(facts["version"])]
     if field == "version":
         project_version = re.search(
             r"project\(CustomOps\s+VERSION\s+([0-9.]+)", (REPO / "CMakeLists.txt").read_text()

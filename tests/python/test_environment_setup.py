@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What the set-up and the build ask of the user's environment (scripts/packaging/torch_requirement.py,
 scripts/packaging/build_backend.py, scripts/setup-env.sh): the torch range read from one place, the
 reason a Python is not used, the test tools it lacks, and the torch a `pip install .` builds against
@@ -15,6 +16,22 @@ import torch
 from environment import REPO
 
 PACKAGING = REPO / "scripts" / "packaging"
+sys.path.insert(0, str(PACKAGING))
+import torch_requirement  # noqa: E402 (from scripts/packaging)
+from torch_requirement import Requirement, Version  # noqa: E402 (packaging's, or pip's copy)
+
+# (the torch a package was built against, the torch installed, whether the package is for it): the
+# one rule the wheel's requirement and `import custom_ops` share (test_package.py checks the import).
+TORCH_RELEASES = [
+    ("2.15.0", "2.15.0", True),
+    ("2.15.0+cu132", "2.15.0+cu126", True),  # a local label is no other release
+    ("2.15.0", "2.15.0+cpu", True),
+    ("2.15.0+cu132", "2.15.1+cu132", False),  # a patch release is: torch keeps no C++ ABI across them
+    ("2.15.1", "2.15.0", False),
+    ("2.15.0", "2.16.0", False),
+    ("2.16.0.dev20260101+cu132", "2.16.0.dev20260101+cpu", True),
+    ("2.16.0.dev20260101", "2.16.0.dev20260102", False),
+]
 
 
 def run(*command, env=None, cwd=PACKAGING):
@@ -72,20 +89,25 @@ def test_a_build_isolated_from_the_users_torch_is_pointed_at_it(tmp_path):
         settings = build_backend._with_torch(None)
         print(settings["cmake.define.Torch_DIR"])
         print(settings["cmake.define.CUSTOM_OPS_TORCH_ARCH_FLAGS"])
+        print(settings["cmake.define.CUSTOM_OPS_TORCH_CUDA_VERSION"] or "-")
+        print(settings["cmake.define.CUSTOM_OPS_VISIBLE_GPUS"] or "-")
         print(torch_requirement.dynamic_metadata("version"))
         print(torch_requirement.dynamic_metadata("dependencies"))
         """,
         env=env,
     )
     assert result.returncode == 0, result.stderr
-    torch_dir, arch_flags, version, dependencies = result.stdout.strip().splitlines()
+    torch_dir, arch_flags, cuda_version, visible, version, dependencies = result.stdout.strip().splitlines()
+    assert cuda_version == (torch.version.cuda or "-")
+    gpus = [torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())]
+    assert visible == (";".join(f"{major}.{minor}" for major, minor in gpus) or "-")
     assert torch_dir == os.path.join(torch.utils.cmake_prefix_path, "Torch")
     assert arch_flags == ";".join((getattr(torch._C, "_cuda_getArchFlags", lambda: "")() or "").split())
     series = ".".join(torch.__version__.split(".")[:2])
     cuda = "cu" + torch.version.cuda.replace(".", "") if torch.version.cuda else "cpu"
     project = re.search(r"project\(CustomOps VERSION ([0-9.]+)", (REPO / "CMakeLists.txt").read_text()).group(1)
     assert version == f"{project}+torch{series}.{cuda}"
-    assert dependencies == f"['torch=={series}.*']"
+    assert dependencies == f"['torch=={Version(torch.__version__).public}']"
 
 
 def interpreter_without_torch():
@@ -96,10 +118,66 @@ def interpreter_without_torch():
 
 
 @pytest.mark.skipif(interpreter_without_torch() is None, reason="needs a Python without torch (the venv's base)")
-def test_a_build_without_any_torch_stops_with_one_line():
-    result = run(interpreter_without_torch(), "-c", "import torch_requirement; torch_requirement.require_torch()")
+@pytest.mark.parametrize(
+    ("frontend", "command"),
+    [
+        ({}, "pip install --no-build-isolation ."),
+        # uv's build environment is a venv of its own (uv pip install ., uv build): uv sets UV there.
+        ({"UV": "/usr/bin/uv"}, "uv pip install --no-build-isolation ."),
+    ],
+)
+def test_a_build_without_any_torch_stops_with_one_line_naming_the_flag(frontend, command):
+    env = {key: value for key, value in os.environ.items() if key != "UV"} | frontend
+    result = run(
+        interpreter_without_torch(), "-c", "import torch_requirement; torch_requirement.require_torch()", env=env
+    )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("custom-ops: no torch to build against in ")
     assert "install torch first (pip install 'torch>=" in lines[0]
+    assert lines[0].endswith(f"without build isolation: {command}"), lines[0]
+
+
+@pytest.mark.parametrize(
+    ("parent", "command"),
+    [
+        ("/venv/bin/python -m build --wheel .", "python -m build --wheel --no-isolation"),
+        ("/venv/bin/python /venv/bin/pyproject-build", "python -m build --wheel --no-isolation"),
+        ("/venv/bin/python /venv/bin/pip install .", "pip install --no-build-isolation ."),
+    ],
+)
+def test_the_flag_named_is_the_running_frontends(parent, command):
+    assert torch_requirement.no_isolation_command({}, parent) == command
+
+
+@pytest.mark.parametrize(
+    ("environ", "parent", "prefix", "isolated"),
+    [
+        ({"UV": "/bin/uv"}, "/bin/uv pip install .", "/root/.cache/uv/builds-v0/.tmpAb12", True),
+        ({"UV": "/bin/uv"}, "/bin/uv pip install --no-build-isolation .", "/home/me/venv", False),
+        ({}, "/venv/bin/python -m build --wheel .", "/tmp/build-env-x1", True),
+        ({}, "/venv/bin/python -m build --wheel --no-isolation .", "/venv", False),
+        ({}, "/venv/bin/python -m build -n .", "/venv", False),
+        ({}, "/venv/bin/python /venv/bin/pip install .", "/venv", False),  # pip's isolation: looked past
+        ({}, "/venv/bin/python /venv/bin/pip install .", "/tmp/pip-build-env-x1", True),  # a venv of pip's
+    ],
+)
+def test_a_frontends_own_build_venv_is_told_apart(environ, parent, prefix, isolated):
+    assert torch_requirement.in_isolated_venv(environ, parent, prefix) is isolated
+
+
+@pytest.mark.parametrize(("built", "installed", "same"), TORCH_RELEASES)
+def test_the_wheel_requires_the_exact_torch_release_it_was_built_against(built, installed, same):
+    pin = Requirement(torch_requirement.torch_pin(built))
+    assert pin.name == "torch"
+    assert pin.specifier.contains(installed, prereleases=True) is same
+
+
+def test_one_python_bound_everywhere():
+    (bound,) = re.findall(r'^requires-python = "(.*)"$', (REPO / "pyproject.toml").read_text(), flags=re.M)
+    assert bound == ">=3.10"  # torch 2.11 to 2.15's own bound
+    for name in ("environment.yml", "environment-cuda.yml"):
+        (python,) = re.findall(r"^\s*- python=(\S+)$", (REPO / name).read_text(), flags=re.M)
+        assert Version(python) >= Version("3.10"), name
+    assert "Python 3.10 or newer" in (REPO / "scripts" / "setup-env.sh").read_text()

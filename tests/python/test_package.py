@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The Python package `custom_ops` (pyproject.toml + scikit-build-core + the top-level CMake): its
 loading and version checks, then each operator's typed wrapper and Inductor decomposition
 (operators.py's table: lazy registration, the opt-out, the on-disk cache key).
@@ -22,6 +23,7 @@ import torch
 
 from environment import HAS_GPU, LIBRARY, REPO
 from operators import each_operator
+from test_environment_setup import TORCH_RELEASES
 
 pytestmark = pytest.mark.slow
 
@@ -121,8 +123,33 @@ def test_gpus_without_kernels_get_one_warning_when_cuda_starts(site):
         'with TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX". Rebuild it with TORCH_CUDA_ARCH_LIST="7.5" in the '
         "environment (pip install ., make install)."
     ]
-    # Queued for CUDA's initialization (import does not initialize CUDA) when built with CUDA.
-    assert info["queued"] is bool(info["archs"])
+    # A check is queued for CUDA's initialization (import does not initialize CUDA) under a CUDA torch:
+    # this one with CUDA kernels, the one below without.
+    assert info["queued"] is bool(torch.version.cuda)
+
+
+NO_CUDA_KERNELS = """
+import json, warnings, torch
+import custom_ops
+torch.cuda.device_count = lambda: {count}
+torch.cuda.get_device_name = lambda index=0: "H100"
+torch.version.cuda = "13.2"
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    custom_ops._warn_without_cuda_kernels()
+print(json.dumps([str(w.message) for w in caught]))
+"""
+
+
+@pytest.mark.parametrize("count", [0, 1])
+def test_a_library_without_cuda_kernels_warns_once_a_gpu_is_seen(site, count):
+    warned = report(run_python(NO_CUDA_KERNELS.format(count=count), site))
+    expected = (
+        "custom_ops: libcustom_ops.so has no CUDA kernels, but 1 GPU(s) are visible (H100): its ops run on "
+        "CPU tensors only. It was built without nvcc or with CUSTOM_OPS_CUDA=OFF; rebuild it with a CUDA 13.2 "
+        "toolkit: pip install --no-build-isolation . -C cmake.define.CUSTOM_OPS_CUDA=ON"
+    )
+    assert warned == ([expected] if count else [])
 
 
 # --------------------------------------------------------------------------- the wrappers
@@ -339,11 +366,20 @@ def test_other_torch_version_raises_import_error(site):
     assert "reinstall custom_ops with `pip install .`" in message
 
 
-def test_the_wheel_requires_the_torch_series_it_was_built_against(site):
-    # So pip refuses to put it under another torch (scripts/packaging/torch_requirement.py).
+def test_the_wheel_requires_the_torch_release_it_was_built_against(site):
+    # So pip and uv see what the import checks (scripts/packaging/torch_requirement.py's torch_pin).
     requires = run_python("import importlib.metadata; print(importlib.metadata.requires('custom-ops'))", site).stdout
-    series = ".".join(torch.__version__.split(".")[:2])
-    assert f"torch=={series}.*" in requires, requires
+    release = torch.__version__.split("+")[0]
+    assert f"'torch=={release}'" in requires, requires
+
+
+def test_a_patch_release_of_torch_is_refused_at_import_as_pip_refuses_it(site):
+    major, minor, patch = (int(part) for part in re.match(r"(\d+)\.(\d+)\.(\d+)", torch.__version__).groups())
+    message = run_python(MISMATCH.format(fake=f"{major}.{minor}.{patch + 1}"), site).stdout
+    assert f"but torch {major}.{minor}.{patch + 1} is installed" in message, message
+    # The import's rule, on the table test_environment_setup.py checks the wheel's requirement with.
+    code = f"import json, custom_ops; print(json.dumps([custom_ops._same_torch(b, i) for b, i, _ in {TORCH_RELEASES!r}]))"
+    assert report(run_python(code, site)) == [same for _, _, same in TORCH_RELEASES]
 
 
 def test_recorded_version_is_what_is_checked(site, tmp_path):
@@ -491,3 +527,50 @@ def test_on_disk_cache_does_not_cross_states(site, op, tmp_path, monkeypatch):
     assert off["calls_op"] is True
     assert again["calls_op"] is False
     assert again["fx_cache_hits"] + again["aot_cache_hits"] >= 1  # the cache works, it only keys the state
+
+
+# --------------------------------------------------------------------------- the wheel
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="needs readelf")
+def test_make_wheel_repairs_the_wheel_into_a_manylinux_one_without_torch(site, tmp_path):
+    # The package as pip installed it (its files and dist-info, a RECORD of them), zipped as the wheel
+    # pip built, then scripts/packaging/repair-wheel.sh as make wheel runs it (auditwheel from PyPI
+    # into .venv-wheel).
+    import base64
+    import hashlib
+    import zipfile
+
+    where = pathlib.Path(
+        run_python("import custom_ops, pathlib; print(pathlib.Path(custom_ops.__file__).parent.parent)", site)
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    (dist_info,) = where.glob("custom_ops-*.dist-info")
+    version = dist_info.name[len("custom_ops-") : -len(".dist-info")]
+    wheel = tmp_path / f"custom_ops-{version}-py3-none-linux_x86_64.whl"
+    record = f"{dist_info.name}/RECORD"
+    lines = []
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for directory in (where / "custom_ops", dist_info):
+            for file in sorted(directory.rglob("*")):
+                name = file.relative_to(where).as_posix()
+                if file.is_file() and "__pycache__" not in file.parts and name != record:
+                    archive.write(file, name)
+                    digest = base64.urlsafe_b64encode(hashlib.sha256(file.read_bytes()).digest()).rstrip(b"=")
+                    lines.append(f"{name},sha256={digest.decode()},{file.stat().st_size}")
+        archive.writestr(record, "\n".join([*lines, f"{record},,"]) + "\n")
+    out = tmp_path / "dist"
+    result = subprocess.run(
+        [str(REPO / "scripts" / "packaging" / "repair-wheel.sh"), str(wheel), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (repaired,) = out.glob("*.whl")
+    assert re.fullmatch(rf"custom_ops-{re.escape(version)}-py3-none-manylinux_2_\d+_x86_64\.whl", repaired.name)
+    names = zipfile.ZipFile(repaired).namelist()
+    grafted = [name for name in names if re.search(r"lib(torch|c10|cudart|gomp)", name.split("/")[-1])]
+    assert grafted == [], grafted  # torch's wheel brings them
+    assert "custom_ops/libcustom_ops.so" in names
