@@ -66,8 +66,15 @@ def main(argv=None) -> int:
         )
     print(f"{len(slower)} of our rows more than {args.tolerance:.0%} slower" if slower else "no row of ours slower")
     if args.output:
-        summary = {"before": args.before.name, "after": args.after.name, "tolerance": args.tolerance,
-                   "min_log2": args.min_log2, "slower": len(slower), "reference_ratios": reference_ratios}
+        meta = ("date", "device_name", "torch", "cuda", "git_commit", "timing", "argv")
+        summary = {
+            "before": {k: before_run.get(k) for k in meta},
+            "after": {k: after_run.get(k) for k in meta},
+            "tolerance": args.tolerance,
+            "min_log2": args.min_log2,
+            "slower": len(slower),
+            "reference_ratios": reference_ratios,
+        }
         args.output.write_text(json.dumps({**summary, "rows": rows}, indent=1) + "\n")
     return 1 if slower else 0
 
