@@ -6,8 +6,9 @@ relu(w * (a + b).square()) * 3; and the op alone compiled (op_compiled) against 
 from __future__ import annotations
 
 import functools
-import importlib.util
+import importlib
 import sys
+import types
 
 import torch
 
@@ -44,11 +45,11 @@ def decomposition_switch(library):
 
         return custom_ops.set_inductor_decomposition, custom_ops.library_path()
     library = harness.load_library(library)
-    spec = importlib.util.spec_from_file_location(
-        "custom_ops_inductor", harness.REPO / "python/custom_ops/_inductor.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    # This checkout's package sources, without its __init__ (which loads the installed library).
+    sources = types.ModuleType("custom_ops_sources")
+    sources.__path__ = [str(harness.REPO / "python/custom_ops")]
+    sys.modules.setdefault(sources.__name__, sources)
+    module = importlib.import_module("custom_ops_sources._inductor")
     module.install("bench")
     return module.set_enabled, library
 

@@ -29,17 +29,7 @@ from typing import Callable
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-if __package__:
-    from . import _operators
-else:  # loaded by path (this checkout's tests): the table is the file beside this one
-    import importlib.util
-    import pathlib
-
-    _spec = importlib.util.spec_from_file_location(
-        f"{__name__}_operators", pathlib.Path(__file__).with_name("_operators.py")
-    )
-    _operators = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_operators)
+from . import _operators
 
 _DECOMPOSITION_MODULE = "torch._inductor.decomposition"
 _ENV_VAR = "CUSTOM_OPS_INDUCTOR_DECOMPOSE"

@@ -25,19 +25,8 @@ Every operator of a term shares the term's backward operator,
 
 The format (scripts/new_op.py adds an operator by text, so keep it regular):
 
-  * one block per term between ``# --- terms ---`` and ``# --- end of terms ---``, exactly::
-
-        WEIGHTED_SQUARE = Term(
-            name="WeightedSquare",
-            backward="weighted_sum_backward",
-            value=lambda x, w: w * (x * x),
-            dx=lambda x, w: (x + x) * w,
-            dw=lambda x, w: x * x,
-            dxx=lambda x, w: w + w,
-            dxw=lambda x, w: x + x,
-            dww=lambda x, w: 0,
-        )
-
+  * one block per term between ``# --- terms ---`` and ``# --- end of terms ---``, exactly as
+    WEIGHTED_SQUARE's below (a keyword argument a line, in that order);
     the variable the term's C++ struct name in UPPER_SNAKE_CASE, ``name`` the C++ struct
     (custom::terms::NAME, CUSTOM_OPS_TERMS), ``backward`` its backward operator (``<first
     operator's name>_backward`` for a new term);

@@ -79,18 +79,7 @@ from fractions import Fraction
 
 import torch
 
-if __package__:
-    from ._operators import ELEMENTWISE, OPERATORS
-else:  # loaded by path (this checkout's tests): the table is the file beside this one
-    import importlib.util
-    import pathlib
-
-    _spec = importlib.util.spec_from_file_location(
-        f"{__name__}_operators", pathlib.Path(__file__).with_name("_operators.py")
-    )
-    _operators = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_operators)
-    ELEMENTWISE, OPERATORS = _operators.ELEMENTWISE, _operators.OPERATORS
+from ._operators import ELEMENTWISE, OPERATORS
 
 __all__ = ["is_registered", "register"]
 

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "expect_error.h"
-#include "ops/operator_rows.h"
 #include "reference.h"
+#include "row_api.h"
 
 namespace {
 
@@ -37,71 +37,11 @@ using custom_ops_test::Tolerance;
 using custom_ops_test::tolerance;
 using custom_ops_test::WithinBound;
 using Shape = std::vector<int64_t>;
-
-// ----------------------------------------------------------------------------- the rows as types
-
-// Each row's C++ API, by row type (the functions custom_ops.h declares for it).
-template <class Row>
-struct Api;
-
-#define CUSTOM_OPS_TEST_ELEMENTWISE_API(name_, Term_)                                                        \
-  template <>                                                                                                \
-  struct Api<custom::rows::name_> {                                                                          \
-    static at::Tensor forward(const at::Tensor& x, const at::Tensor& w) { return custom::name_(x, w); }     \
-    static at::Tensor scalar(const at::Tensor& x, const at::Scalar& w) { return custom::name_(x, w); }      \
-    static at::Tensor& out(at::Tensor& out, const at::Tensor& x, const at::Tensor& w) {                      \
-      return custom::name_##_out(out, x, w);                                                                 \
-    }                                                                                                        \
-    static at::Tensor& inplace(at::Tensor& self, const at::Tensor& w) { return custom::name_##_(self, w); } \
-  };
-CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_TEST_ELEMENTWISE_API)
-#undef CUSTOM_OPS_TEST_ELEMENTWISE_API
-
-#define CUSTOM_OPS_TEST_REDUCTION_API(name_, Term_)                                                    \
-  template <>                                                                                          \
-  struct Api<custom::rows::name_> {                                                                    \
-    static at::Tensor forward(                                                                         \
-        const at::Tensor& x, const at::Tensor& w, at::OptionalIntArrayRef dim = std::nullopt,         \
-        bool keepdim = false, std::optional<at::ScalarType> dtype = std::nullopt) {                    \
-      return custom::name_(x, w, dim, keepdim, dtype);                                                 \
-    }                                                                                                  \
-  };
-CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_TEST_REDUCTION_API)
-#undef CUSTOM_OPS_TEST_REDUCTION_API
-
-// Each term's backward op, by term type.
-template <class Term>
-struct BackwardApi;
-
-#define CUSTOM_OPS_TEST_BACKWARD_API(Term_, backward_)                                                      \
-  template <>                                                                                               \
-  struct BackwardApi<custom::terms::Term_> {                                                                \
-    static std::tuple<at::Tensor, at::Tensor> call(                                                         \
-        const at::Tensor& grad, const at::Tensor& x, const at::Tensor& w, std::array<bool, 2> output_mask) { \
-      return custom::backward_(grad, x, w, output_mask);                                                    \
-    }                                                                                                       \
-  };
-CUSTOM_OPS_TERMS(CUSTOM_OPS_TEST_BACKWARD_API)
-#undef CUSTOM_OPS_TEST_BACKWARD_API
-
-// ::testing::Types of the rows of one X-macro list (the leading void dropped: each row adds
-// ", row", so the list needs something before its first comma).
-template <class First, class... Rows>
-struct RowTypes {
-  using type = ::testing::Types<Rows...>;
-};
-#define CUSTOM_OPS_TEST_ROW_TYPE(name_, Term_) , custom::rows::name_
-using ElementwiseRows = RowTypes<void CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_TEST_ROW_TYPE)>::type;
-using ReductionRows = RowTypes<void CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_TEST_ROW_TYPE)>::type;
-#undef CUSTOM_OPS_TEST_ROW_TYPE
-
-// The test names' row part: the operator's schema name.
-struct RowName {
-  template <class Row>
-  static std::string GetName(int) {
-    return Row::schema_name;
-  }
-};
+using custom_ops_test::Api;
+using custom_ops_test::BackwardApi;
+using custom_ops_test::ElementwiseRows;
+using custom_ops_test::ReductionRows;
+using custom_ops_test::RowName;
 
 // ------------------------------------------------------------------------------- the reference
 

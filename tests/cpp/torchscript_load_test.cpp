@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "ops/operator_rows.h"
 #include "reference.h"
+#include "row_api.h"
 
 namespace {
 
@@ -30,43 +30,11 @@ using Shape = std::vector<int64_t>;
 
 constexpr const char* kModulesVariable = "CUSTOM_OPS_SCRIPTED_MODULES";
 
-// Each row's C++ API: what the scripted call must equal, bit for bit (the same kernel).
-template <class Row>
-struct Api;
-#define CUSTOM_OPS_TEST_ELEMENTWISE_API(name_, Term_)                                                  \
-  template <>                                                                                          \
-  struct Api<custom::rows::name_> {                                                                    \
-    static at::Tensor forward(const at::Tensor& x, const at::Tensor& w) { return custom::name_(x, w); } \
-  };
-CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_TEST_ELEMENTWISE_API)
-#undef CUSTOM_OPS_TEST_ELEMENTWISE_API
-#define CUSTOM_OPS_TEST_REDUCTION_API(name_, Term_)                                                        \
-  template <>                                                                                              \
-  struct Api<custom::rows::name_> {                                                                        \
-    static at::Tensor forward(                                                                             \
-        const at::Tensor& x, const at::Tensor& w, at::OptionalIntArrayRef dim, bool keepdim,               \
-        std::optional<at::ScalarType> dtype) {                                                             \
-      return custom::name_(x, w, dim, keepdim, dtype);                                                     \
-    }                                                                                                      \
-  };
-CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_TEST_REDUCTION_API)
-#undef CUSTOM_OPS_TEST_REDUCTION_API
-
-template <class First, class... Rows>
-struct RowTypes {
-  using type = ::testing::Types<Rows...>;
-};
-#define CUSTOM_OPS_TEST_ROW_TYPE(name_, Term_) , custom::rows::name_
-using ElementwiseRows = RowTypes<void CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_TEST_ROW_TYPE)>::type;
-using ReductionRows = RowTypes<void CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_TEST_ROW_TYPE)>::type;
-#undef CUSTOM_OPS_TEST_ROW_TYPE
-
-struct RowName {
-  template <class Row>
-  static std::string GetName(int) {
-    return Row::schema_name;
-  }
-};
+// Each row's C++ API (row_api.h): what the scripted call must equal, bit for bit (the same kernel).
+using custom_ops_test::Api;
+using custom_ops_test::ElementwiseRows;
+using custom_ops_test::ReductionRows;
+using custom_ops_test::RowName;
 
 template <class Row>
 class ScriptedModule : public ::testing::Test {

@@ -14,29 +14,16 @@ already); one module instance per process, so one table.
   leaves                  random float tensors
 """
 
-import importlib.util
-import sys
-
 import pytest
 import torch
 from torch._dynamo.utils import counters
 from torch._inductor import metrics
 from torch._inductor.utils import run_and_get_code
 
-from environment import REPO
+import operators
 
 
-def load_decompositions():
-    name = "custom_ops_inductor_under_test"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "python" / "custom_ops" / "_inductor.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-decompositions = load_decompositions()
+decompositions = operators.package_module("_inductor")
 
 
 @pytest.fixture(autouse=True, scope="module")

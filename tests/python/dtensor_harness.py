@@ -37,6 +37,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import operators
 from environment import LIBRARY, REPO
 
 SHARDING_SOURCE = REPO / "python" / "custom_ops" / "sharding.py"
@@ -64,7 +65,9 @@ def load_sharding():
 def fresh_sharding_module(name=None):
     """A new instance of python/custom_ops/sharding.py (its own 'registered' flag); put in
     sys.modules as `name` where one is given."""
-    spec = importlib.util.spec_from_file_location(name or f"_custom_ops_sharding_{id(object())}", SHARDING_SOURCE)
+    # In the checkout's stand-in package (operators.py), where its relative imports resolve.
+    package = operators.package_module("_operators").__package__
+    spec = importlib.util.spec_from_file_location(f"{package}.sharding_{id(object())}", SHARDING_SOURCE)
     module = importlib.util.module_from_spec(spec)
     if name is not None:
         sys.modules[name] = module
