@@ -13,8 +13,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <type_traits>
 #include <unordered_map>
@@ -66,35 +64,20 @@ __device__ __forceinline__ acc_t<scalar_t> term(scalar_t x, scalar_t w) {
   return Term::value(static_cast<acc>(x), static_cast<acc>(w));
 }
 
-// How a kernel loads its operands (the variants of reduction_plan.h), a template argument: bits of
-// kMode. Only a schedule: neither changes which terms are added in which order.
-// 16-byte loads of the operands are L2 evict-first streaming loads (ld.global.cs).
-constexpr int kStreamLoads = 1;
-// 16-bit types keep float32's count of 16-byte loads in flight.
-constexpr int kDeepHalf = 2;
-
 // 16-byte loads each thread has in flight before it adds them, over both operands (one when the
 // weight is fixed): fewer for 16-bit types, whose 8 floats a load become would otherwise spill
-// under 64 registers (unless kDeepHalf). Only a schedule: the order of the additions does not
-// depend on it.
-template <typename scalar_t, bool kWeightFixed, int kMode = 0>
-constexpr int kUnroll = (sizeof(scalar_t) == 2 && !(kMode & kDeepHalf) ? 4 : 8) / (kWeightFixed ? 1 : 2);
+// under 64 registers. Only a schedule: the order of the additions does not depend on it.
+template <typename scalar_t, bool kWeightFixed>
+constexpr int kUnroll = (sizeof(scalar_t) == 2 ? 4 : 8) / (kWeightFixed ? 1 : 2);
 
 // Partials stage 2 has in flight per thread: its few loads a thread are otherwise one latency each.
 constexpr int kChunkLoads = 8;
 
 // kN consecutive (stride 1) or strided elements: one 16-byte load when kVectorized (the
-// caller checked alignment; kStream: L2 evict-first, for data read once), else element by element,
-// zeros past `valid`.
-template <bool kVectorized, int kN, bool kStream = false, typename scalar_t>
+// caller checked alignment), else element by element, zeros past `valid`.
+template <bool kVectorized, int kN, typename scalar_t>
 __device__ __forceinline__ Vector<scalar_t, kN> load_group(const scalar_t* p, int64_t stride = 1, int valid = kN) {
-  if constexpr (kVectorized && kStream) {
-    static_assert(sizeof(Vector<scalar_t, kN>) == sizeof(uint4));
-    const uint4 bits = __ldcs(reinterpret_cast<const uint4*>(p));
-    Vector<scalar_t, kN> g;
-    memcpy(&g, &bits, sizeof(bits));
-    return g;
-  } else if constexpr (kVectorized) {
+  if constexpr (kVectorized) {
     return cuda::load_vector<kN>(p);
   } else {
     Vector<scalar_t, kN> g;
@@ -152,9 +135,9 @@ __device__ __forceinline__ T block_sum(T value, T* shared) {
 template <typename acc, typename out_t>
 struct TotalArgs {
   acc* partial;  // [partials]; nullptr: a single work item, which writes out itself
-  // Zero at launch, and zero again when the last block has taken it (atomicInc wraps), so that a
-  // counter slot serves every launch of its stream or graph; nullptr: stage 2 passes add the
-  // partials.
+  // Zero at launch, and zero again once the last block has taken it (atomicInc wraps), so that a
+  // counter slot serves every launch ordered after the previous one; nullptr: stage 2 passes add
+  // the partials.
   unsigned int* counter;
   out_t* out;  // one element
   int64_t partials;
@@ -219,45 +202,6 @@ __device__ __forceinline__ void finish_total(const TotalArgs<acc, out_t>& a, acc
   }
 }
 
-// Two consecutive 16-bit values of a 32-bit word (the first in the low half), widened exactly as
-// their scalar conversions: bfloat16 by a shift and a mask, float16 by one paired conversion.
-template <typename scalar_t>
-__device__ __forceinline__ float2 widen_pair(uint32_t word) {
-  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
-    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
-  } else {
-    static_assert(std::is_same_v<scalar_t, c10::Half>);
-    __half2 pair;
-    memcpy(&pair, &word, sizeof(word));
-    return __half22float2(pair);
-  }
-}
-
-// sums[j] += the term of element j of a group of x and of w, 16-bit words widened a pair at a
-// time right where they are added (kDeepHalf): each word passes an empty asm first, which keeps the
-// compiler from widening every loaded group ahead of the adds (its 8 floats a load spill under 64
-// registers; see add_held_weight_terms). The same values and additions as term() element by
-// element: only 8 loads a lane may be in flight instead of 4.
-template <class Term, typename scalar_t, int kN>
-__device__ __forceinline__ void add_word_terms(
-    const Vector<scalar_t, kN>& x, const Vector<scalar_t, kN>& w, acc_t<scalar_t> (&sums)[kN]) {
-  static_assert(sizeof(scalar_t) == 2 && kN % 2 == 0);
-  uint32_t x_words[kN / 2];
-  uint32_t w_words[kN / 2];
-  memcpy(x_words, &x, sizeof(x_words));
-  memcpy(w_words, &w, sizeof(w_words));
-#pragma unroll
-  for (int k = 0; k < kN / 2; ++k) {
-    uint32_t x_word = x_words[k];
-    uint32_t w_word = w_words[k];
-    asm volatile("" : "+r"(x_word), "+r"(w_word));
-    const float2 xs = widen_pair<scalar_t>(x_word);
-    const float2 ws = widen_pair<scalar_t>(w_word);
-    sums[2 * k] += Term::value(xs.x, ws.x);
-    sums[2 * k + 1] += Term::value(xs.y, ws.y);
-  }
-}
-
 // ---- Rows: one warp per segment of a contiguous row --------------------------------------------
 
 template <typename scalar_t>
@@ -275,7 +219,7 @@ struct RowsArgs {
 // Lane `lane` of a warp adds its terms of segment s into sums: element j of groups lane, lane +
 // 32, ... into sums[j] (kN chains of count / (32 kN)), a tail element into sums[0].
 // kWeightFixed: one weight per row (a weight broadcast along the reduced dim).
-template <class Term, typename scalar_t, bool kVectorized, bool kWeightFixed, int kMode>
+template <class Term, typename scalar_t, bool kVectorized, bool kWeightFixed>
 __device__ __forceinline__ void add_segment(
     const RowsArgs<scalar_t>& a, int64_t s, int lane, acc_t<scalar_t> (&sums)[kVectorSize<scalar_t>]) {
   constexpr int kN = kVectorSize<scalar_t>;
@@ -286,45 +230,30 @@ __device__ __forceinline__ void add_segment(
   const scalar_t* w = a.weight + row * a.weight_row_stride + (kWeightFixed ? 0 : begin);
   const scalar_t fixed_w = kWeightFixed ? *w : scalar_t(0);
   const int64_t groups = count / kN;
-  constexpr int kU = kUnroll<scalar_t, kWeightFixed, kMode>;
-  constexpr bool kStream = (kMode & kStreamLoads) != 0;
-  constexpr bool kWords = (kMode & kDeepHalf) != 0 && sizeof(scalar_t) == 2 && kVectorized;
-  Vector<scalar_t, kN> fixed_group;  // kWords && kWeightFixed: fixed_w in every element
-  if constexpr (kWords && kWeightFixed) {
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      fixed_group.val[j] = fixed_w;
-    }
-  }
+  constexpr int kU = kUnroll<scalar_t, kWeightFixed>;
   // kU groups a lane, 32 apart: every load first, then the adds in group order. kChecked: the
   // last batch, whose groups may run past the segment; the others have no per-load branch, which
   // keeps all their loads in flight together (ptxas serializes the checked ones).
   const auto batch = [&](int64_t g0, auto checked) {
     constexpr bool kChecked = decltype(checked)::value;
     Vector<scalar_t, kN> xg[kU];
-    [[maybe_unused]] Vector<scalar_t, kN> wg[kU];  // unused where the weight is fixed
+    Vector<scalar_t, kN> wg[kU];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t g = g0 + u * kWarp;
       if (!kChecked || g < groups) {
-        xg[u] = load_group<kVectorized, kN, kStream>(x + g * kN);
+        xg[u] = load_group<kVectorized, kN>(x + g * kN);
         if constexpr (!kWeightFixed) {
-          wg[u] = load_group<kVectorized, kN, kStream>(w + g * kN);
+          wg[u] = load_group<kVectorized, kN>(w + g * kN);
         }
       }
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (!kChecked || g0 + u * kWarp < groups) {
-        if constexpr (kWords && kWeightFixed) {
-          add_word_terms<Term>(xg[u], fixed_group, sums);
-        } else if constexpr (kWords) {
-          add_word_terms<Term>(xg[u], wg[u], sums);
-        } else {
 #pragma unroll
-          for (int j = 0; j < kN; ++j) {
-            sums[j] += term<Term>(xg[u].val[j], kWeightFixed ? fixed_w : wg[u].val[j]);
-          }
+        for (int j = 0; j < kN; ++j) {
+          sums[j] += term<Term>(xg[u].val[j], kWeightFixed ? fixed_w : wg[u].val[j]);
         }
       }
     }
@@ -346,14 +275,14 @@ __device__ __forceinline__ void add_segment(
 
 // out[s] = the sum of segment s, one warp each (out: the partials [rows, splits], or the result
 // itself when splits == 1).
-template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed, int kMode>
+template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_kernel(RowsArgs<scalar_t> a, out_t* out) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   for (int64_t s = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp; s < a.segments;
        s += warps) {
     acc_t<scalar_t> sums[kVectorSize<scalar_t>] = {};
-    add_segment<Term, scalar_t, kVectorized, kWeightFixed, kMode>(a, s, lane, sums);
+    add_segment<Term, scalar_t, kVectorized, kWeightFixed>(a, s, lane, sums);
     const auto sum = warp_sum(group_sum(sums));
     if (lane == 0) {
       out[s] = static_cast<out_t>(sum);
@@ -363,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_kernel(RowsArg
 
 // A total on Rows: block work item p's warp k adds segments [(p * kWarpsPerBlock + k) * run, ...
 // + run) into its lanes' sums; the block's sum is partial p.
-template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed, int kMode>
+template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_total_kernel(
     RowsArgs<scalar_t> a, int64_t run, TotalArgs<acc_t<scalar_t>, out_t> total) {
   using acc = acc_t<scalar_t>;
@@ -376,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_total_kernel(
     const int count = static_cast<int>(std::clamp<int64_t>(a.segments - first, 0, run));
 #pragma unroll 1
     for (int k = 0; k < count; ++k) {
-      add_segment<Term, scalar_t, kVectorized, kWeightFixed, kMode>(a, first + k, threadIdx.x % kWarp, sums);
+      add_segment<Term, scalar_t, kVectorized, kWeightFixed>(a, first + k, threadIdx.x % kWarp, sums);
     }
     const acc sum = block_sum(group_sum(sums), shared);
     if (threadIdx.x == 0) {
@@ -384,6 +313,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) rows_total_kernel(
     }
   }
   finish_total(total, shared);
+}
+
+// Two consecutive 16-bit values of a 32-bit word (the first in the low half), widened exactly as
+// their scalar conversions: bfloat16 by a shift and a mask, float16 by one paired conversion.
+template <typename scalar_t>
+__device__ __forceinline__ float2 widen_pair(uint32_t word) {
+  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+  } else {
+    static_assert(std::is_same_v<scalar_t, c10::Half>);
+    __half2 pair;
+    memcpy(&pair, &word, sizeof(word));
+    return __half22float2(pair);
+  }
 }
 
 // sums[j] += the term of element j of a group of x and a group of held weights (registers kept
@@ -576,7 +519,7 @@ __device__ __forceinline__ void for_each_tile(const Tiles& t, out_t* dst, const 
 // A thread's terms of a tile (its span) added into sums. kVectorized: inner contiguous, every
 // group 16-byte aligned. kWeightFixed: the weight is constant along reduce, so the group's weights
 // are read once per tile.
-template <class Term, typename scalar_t, bool kVectorized, bool kWeightFixed, int kMode>
+template <class Term, typename scalar_t, bool kVectorized, bool kWeightFixed>
 __device__ __forceinline__ void add_tile_rows(
     const Tiles& t,
     const scalar_t* input,
@@ -595,38 +538,30 @@ __device__ __forceinline__ void add_tile_rows(
   }
   const int64_t step = t.row_threads;
   const int64_t r_end = span.r_end;
-  constexpr int kU = kUnroll<scalar_t, kWeightFixed, kMode>;
-  constexpr bool kStream = (kMode & kStreamLoads) != 0;
-  constexpr bool kWords = (kMode & kDeepHalf) != 0 && sizeof(scalar_t) == 2 && kVectorized;
+  constexpr int kU = kUnroll<scalar_t, kWeightFixed>;
   // kU rows, step apart: every load first, then the adds in row order; as add_segment's batches.
   const auto batch = [&](int64_t r, auto checked) {
     constexpr bool kChecked = decltype(checked)::value;
     Vector<scalar_t, kN> xg[kU];
-    [[maybe_unused]] Vector<scalar_t, kN> wg[kU];  // unused where the weight is fixed
+    Vector<scalar_t, kN> wg[kU];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t row = r + u * step;
       if (!kChecked || row < r_end) {
-        xg[u] = load_group<kVectorized, kN, kStream>(x + row * xs[1], xs[2], valid);
+        xg[u] = load_group<kVectorized, kN>(x + row * xs[1], xs[2], valid);
         if constexpr (!kWeightFixed) {
-          wg[u] = load_group<kVectorized, kN, kStream>(w + row * ws[1], ws[2], valid);
+          wg[u] = load_group<kVectorized, kN>(w + row * ws[1], ws[2], valid);
         }
       }
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (!kChecked || r + u * step < r_end) {
-        if constexpr (kWords && kWeightFixed) {
-          add_word_terms<Term>(xg[u], fixed_w, sums);  // vectorized: no partial group
-        } else if constexpr (kWords) {
-          add_word_terms<Term>(xg[u], wg[u], sums);
-        } else {
 #pragma unroll
-          for (int j = 0; j < kN; ++j) {
-            // Skip the padding of a partial group: w * 0 is not 0 for an infinite w.
-            if (kVectorized || j < valid) {
-              sums[j] += term<Term>(xg[u].val[j], kWeightFixed ? fixed_w.val[j] : wg[u].val[j]);
-            }
+        for (int j = 0; j < kN; ++j) {
+          // Skip the padding of a partial group: w * 0 is not 0 for an infinite w.
+          if (kVectorized || j < valid) {
+            sums[j] += term<Term>(xg[u].val[j], kWeightFixed ? fixed_w.val[j] : wg[u].val[j]);
           }
         }
       }
@@ -648,17 +583,17 @@ __device__ __forceinline__ void add_tile_rows(
 }
 
 // Stage 1 on Tiles: out [outer, chunks, inner] (the result itself when chunks == 1).
-template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed, int kMode>
+template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) tiles_kernel(
     Tiles t, const scalar_t* input, const scalar_t* weight, out_t* out) {
   for_each_tile<kVectorSize<scalar_t>, acc_t<scalar_t>>(t, out, [&](const TileSpan& span, auto& sums) {
-    add_tile_rows<Term, scalar_t, kVectorized, kWeightFixed, kMode>(t, input, weight, span, sums);
+    add_tile_rows<Term, scalar_t, kVectorized, kWeightFixed>(t, input, weight, span, sums);
   });
 }
 
 // A total on Tiles: block work item p adds tiles [p * run, (p + 1) * run) into its threads' sums;
 // the block's sum is partial p.
-template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed, int kMode>
+template <class Term, typename scalar_t, typename out_t, bool kVectorized, bool kWeightFixed>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) tiles_total_kernel(
     Tiles t, const scalar_t* input, const scalar_t* weight, int64_t run, TotalArgs<acc_t<scalar_t>, out_t> total) {
   using acc = acc_t<scalar_t>;
@@ -672,7 +607,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) tiles_total_kernel(
     for (int k = 0; k < count; ++k) {
       const TileSpan span = tile_span<kN>(t, p * run + k, threadIdx.x % t.col_threads, threadIdx.x / t.col_threads);
       if (span.valid > 0) {
-        add_tile_rows<Term, scalar_t, kVectorized, kWeightFixed, kMode>(t, input, weight, span, sums);
+        add_tile_rows<Term, scalar_t, kVectorized, kWeightFixed>(t, input, weight, span, sums);
       }
     }
     const acc sum = block_sum(group_sum(sums), shared);
@@ -714,28 +649,6 @@ unsigned int grid_for(int64_t blocks) {
   return static_cast<unsigned int>(std::clamp<int64_t>(blocks, 1, kMaxBlocks));
 }
 
-// The variant of reduction_plan.h that CUSTOM_OPS_REDUCTION_VARIANT names, read once.
-reduction::VariantFeatures variant_features() {
-  static const int variant = [] {
-    const char* text = std::getenv("CUSTOM_OPS_REDUCTION_VARIANT");
-    const int v = reduction::parse_variant(text);
-    TORCH_CHECK(
-        v >= 0, "custom_ops: CUSTOM_OPS_REDUCTION_VARIANT must be one digit in [0, ", reduction::kVariants, "), got '",
-        text, "'");
-    return v;
-  }();
-  return reduction::variant_features(variant);
-}
-
-// The load mode (kStreamLoads | kDeepHalf bits) of a plan's stage 1 under the variant: streaming
-// only where the operands are read once (a broadcast operand should stay in L2).
-int load_mode(const reduction::Plan& plan, const reduction::VariantFeatures& variant) {
-  if (!plan.vectorized || !variant.streaming_loads || !plan.read_once) {
-    return 0;
-  }
-  return kStreamLoads | (variant.deep_half ? kDeepHalf : 0);
-}
-
 // f(std::bool_constant<a>{}, std::bool_constant<b>{}): runtime flags to template arguments.
 template <typename F>
 void with_flags(bool a, bool b, const F& f) {
@@ -746,29 +659,6 @@ void with_flags(bool a, bool b, const F& f) {
   }
 }
 
-// f(vectorized, weight_fixed, mode) as template arguments. Modes only with 16-byte loads, and
-// kDeepHalf only for 16-bit types (the others already keep 8 loads in flight): fewer instances.
-template <typename scalar_t, typename F>
-void with_plan_flags(const reduction::Plan& plan, int mode, const F& f) {
-  with_flags(plan.vectorized, plan.weight_fixed, [&](auto vectorized, auto weight_fixed) {
-    if constexpr (decltype(vectorized)::value) {
-      if ((mode & kStreamLoads) == 0) {
-        f(vectorized, weight_fixed, std::integral_constant<int, 0>{});
-        return;
-      }
-      if constexpr (sizeof(scalar_t) == 2) {
-        if ((mode & kDeepHalf) != 0) {
-          f(vectorized, weight_fixed, std::integral_constant<int, kStreamLoads | kDeepHalf>{});
-          return;
-        }
-      }
-      f(vectorized, weight_fixed, std::integral_constant<int, kStreamLoads>{});
-    } else {
-      f(vectorized, weight_fixed, std::integral_constant<int, 0>{});
-    }
-  });
-}
-
 template <typename scalar_t>
 RowsArgs<scalar_t> rows_argument(const reduction::RowsPlan& r, const scalar_t* x, const scalar_t* w) {
   return {x, w, r.length, r.input_row_stride, r.weight_row_stride, r.splits, r.segment, r.rows * r.splits};
@@ -776,19 +666,18 @@ RowsArgs<scalar_t> rows_argument(const reduction::RowsPlan& r, const scalar_t* x
 
 // Stage 1, not total: out gets one value per (output, chunk).
 template <class Term, typename scalar_t, typename out_t>
-void launch_stage1(const reduction::Plan& plan, int mode, const scalar_t* x, const scalar_t* w, out_t* out) {
+void launch_stage1(const reduction::Plan& plan, const scalar_t* x, const scalar_t* w, out_t* out) {
   const auto stream = at::cuda::getCurrentCUDAStream();
-  with_plan_flags<scalar_t>(plan, mode, [&](auto vectorized, auto weight_fixed, auto load_mode) {
+  with_flags(plan.vectorized, plan.weight_fixed, [&](auto vectorized, auto weight_fixed) {
     constexpr bool kVectorized = decltype(vectorized)::value;
     constexpr bool kWeightFixed = decltype(weight_fixed)::value;
-    constexpr int kMode = decltype(load_mode)::value;
     if (plan.layout == reduction::Layout::Rows) {
       const auto args = rows_argument(plan.rows, x, w);
       const auto grid = grid_for(at::ceil_div<int64_t>(args.segments, kWarpsPerBlock));
-      rows_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed, kMode><<<grid, kThreads, 0, stream>>>(args, out);
+      rows_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed><<<grid, kThreads, 0, stream>>>(args, out);
     } else {
       const auto t = tiles_argument(plan.tiles);
-      tiles_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed, kMode>
+      tiles_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed>
           <<<grid_for(t.tiles), kThreads, 0, stream>>>(t, x, w, out);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -800,7 +689,6 @@ void launch_stage1(const reduction::Plan& plan, int mode, const scalar_t* x, con
 template <class Term, typename scalar_t, typename out_t>
 void launch_total_stage1(
     const reduction::Plan& plan,
-    int mode,
     const scalar_t* x,
     const scalar_t* w,
     const TotalArgs<acc_t<scalar_t>, out_t>& total,
@@ -810,22 +698,20 @@ void launch_total_stage1(
   const auto y_blocks = at::ceil_div(plan.partials, x_blocks);
   TORCH_CHECK(y_blocks <= 65535, name, ": a reduction too large for one CUDA grid");
   const dim3 grid(static_cast<unsigned int>(x_blocks), static_cast<unsigned int>(y_blocks));
-  with_plan_flags<scalar_t>(plan, mode, [&](auto vectorized, auto weight_fixed, auto load_mode) {
+  with_flags(plan.vectorized, plan.weight_fixed, [&](auto vectorized, auto weight_fixed) {
     constexpr bool kVectorized = decltype(vectorized)::value;
     constexpr bool kWeightFixed = decltype(weight_fixed)::value;
-    constexpr int kMode = decltype(load_mode)::value;
     if (plan.layout == reduction::Layout::Rows && plan.weight_in_registers()) {
       TORCH_INTERNAL_ASSERT(plan.vectorized && !plan.weight_fixed);
-      // Its weight row is shared (never read_once): always mode 0.
-      if constexpr (kVectorized && !kWeightFixed && kMode == 0) {
+      if constexpr (kVectorized && !kWeightFixed) {
         shared_weight_rows_total_kernel<Term, scalar_t, out_t>
             <<<grid, kThreads, 0, stream>>>(rows_argument(plan.rows, x, w), plan.run, total);
       }
     } else if (plan.layout == reduction::Layout::Rows) {
-      rows_total_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed, kMode>
+      rows_total_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed>
           <<<grid, kThreads, 0, stream>>>(rows_argument(plan.rows, x, w), plan.run, total);
     } else {
-      tiles_total_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed, kMode>
+      tiles_total_kernel<Term, scalar_t, out_t, kVectorized, kWeightFixed>
           <<<grid, kThreads, 0, stream>>>(tiles_argument(plan.tiles), x, w, plan.run, total);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -839,13 +725,13 @@ void launch_sum_chunks(const reduction::TilesPlan& second, const acc* partial, o
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// ---- Counter slots (variant >= 1): a total's last block found without a memset per call --------
+// ---- Counter slots: a total's last block found with no memset per call ------------------------
 //
 // A slot is one unsigned int of an arena per device: one caching-allocator block, taken once and
 // kept for the life of the process (bounded: kCounterSlots a device, never one per call or
 // stream), zeroed once. The kernel's atomicInc wraps the count back to zero as the last block
 // takes it, so a slot is zero between launches, and any launch ordered after the previous one on
-// the same slot may use it without a memset. Ordered, so:
+// the same slot may use it without a memset: a total is one launch. Ordered, so:
 //  - an eager launch takes its stream's slot (a stream runs its kernels in order; other streams
 //    have slots of their own, so concurrent streams never share one);
 //  - a launch being captured into a CUDA graph takes a slot of its own for the graph's life: its
@@ -853,7 +739,7 @@ void launch_sum_chunks(const reduction::TilesPlan& second, const acc* partial, o
 //    owned by the graph gives the slot back once the graph, its execs and their launches are gone
 //    (the callback only returns an index: no CUDA call).
 // No slot to give (all taken, or a capture before any eager total made the arena, which takes a
-// synchronizing zero-fill): nullptr, and the caller zeroes a counter of its own (variant 0).
+// synchronizing zero-fill): nullptr, and the caller zeroes a counter of its own with a memset.
 // A graph instantiated twice and replayed on two streams at once would share its slot: torch's
 // CUDAGraph instantiates once.
 constexpr int64_t kCounterSlots = 4096;
@@ -949,17 +835,15 @@ template <class Term, typename scalar_t, typename out_t>
 void reduce_typed(
     const reduction::Plan& plan, const scalar_t* x, const scalar_t* w, const at::Tensor& out, const char* name) {
   using acc = acc_t<scalar_t>;
-  const auto variant = variant_features();
-  const int mode = load_mode(plan, variant);
   out_t* const result = out.mutable_data_ptr<out_t>();
   const at::TensorOptions acc_options = out.options().dtype(c10::CppTypeToScalarType<acc>::value);
   if (!plan.total) {
     if (plan.chunks() == 1) {  // stage 1 writes the result
-      launch_stage1<Term>(plan, mode, x, w, result);
+      launch_stage1<Term>(plan, x, w, result);
       return;
     }
     const at::Tensor partial = at::empty({out.numel() * plan.chunks()}, acc_options);
-    launch_stage1<Term>(plan, mode, x, w, partial.mutable_data_ptr<acc>());
+    launch_stage1<Term>(plan, x, w, partial.mutable_data_ptr<acc>());
     launch_sum_chunks(plan.second, partial.const_data_ptr<acc>(), result);
     return;
   }
@@ -968,12 +852,12 @@ void reduce_typed(
   if (plan.partials > 1) {
     const bool last_block_adds = plan.passes.empty();
     const auto stream = at::cuda::getCurrentCUDAStream();
-    if (last_block_adds && variant.counter_slots) {
+    if (last_block_adds) {
       total.counter = counter_slot(stream);
     }
-    // Else the last block's counter is one more slot of the partials (any acc slot fits and aligns
-    // an unsigned int), zeroed on the stream, as ATen's Reduce.cuh zeroes its semaphores: a graph
-    // captures the memset with the kernel, and every call, stream and replay has its own.
+    // No slot to give: the counter is one more slot of the partials (any acc slot fits and aligns
+    // an unsigned int), zeroed on the stream as ATen's Reduce.cuh zeroes its semaphores (a graph
+    // captures the memset with the kernel).
     const bool own_counter = last_block_adds && total.counter == nullptr;
     partials = at::empty({plan.partials + (own_counter ? 1 : 0)}, acc_options);
     total.partial = partials.mutable_data_ptr<acc>();
@@ -982,7 +866,7 @@ void reduce_typed(
       C10_CUDA_CHECK(cudaMemsetAsync(total.counter, 0, sizeof(unsigned int), stream));
     }
   }
-  launch_total_stage1<Term>(plan, mode, x, w, total, name);
+  launch_total_stage1<Term>(plan, x, w, total, name);
   // Too many partials for the last block: stage 2 passes, each adding the previous one's chunks.
   at::Tensor previous = partials;
   for (size_t k = 0; k < plan.passes.size(); ++k) {

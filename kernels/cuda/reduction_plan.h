@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <string_view>
 #include <vector>
 
 namespace custom::cuda::reduction {
@@ -63,41 +62,6 @@ inline constexpr int64_t kTargetBlocks = 1024;
 inline constexpr int64_t kMinChunkRows = 512;
 // Total: the most partials the last block adds, kMaxSerial per thread.
 inline constexpr int64_t kMaxFinalPartials = kThreads * kMaxSerial;
-
-// Run-time variants of the engine, one build for a sweep (issue 39): CUSTOM_OPS_REDUCTION_VARIANT,
-// read once per process. Each changes how the loads happen or how the last block is found, never
-// which terms are added in which order: every variant gives the same bits (the plan's cut does not
-// depend on it). Cumulative:
-//  0: a total's last-block counter zeroed by a memset per call (the landed engine);
-//  1: the counter is a slot that the kernel leaves at zero (atomicInc wraps), one per stream or
-//     per captured graph: no memset, one launch;
-//  2: and 16-byte loads of operands read once (read_once) are L2 evict-first streaming loads, so
-//     they displace each other, not lines other work left in L2 (dirty ones cost a write-back);
-//  3: and 16-bit types keep as many 16-byte loads in flight as float32 (twice today's).
-inline constexpr int kVariants = 4;
-
-struct VariantFeatures {
-  bool counter_slots = false;
-  bool streaming_loads = false;
-  bool deep_half = false;
-};
-
-inline constexpr VariantFeatures variant_features(int variant) {
-  return {variant >= 1, variant >= 2, variant >= 3};
-}
-
-// The variant the environment variable's text names: unset or empty is 0; -1 for anything but
-// one decimal digit in [0, kVariants).
-inline int parse_variant(const char* text) {
-  if (text == nullptr || *text == '\0') {
-    return 0;
-  }
-  const std::string_view s(text);
-  if (s.size() != 1 || s[0] < '0' || s[0] >= '0' + kVariants) {
-    return -1;
-  }
-  return s[0] - '0';
-}
 
 // Strides in elements, along {outer, reduce, inner}.
 using Strides = std::array<int64_t, 3>;
@@ -154,10 +118,6 @@ struct Plan {
   Layout layout = Layout::Tiles;
   bool vectorized = false;  // 16-byte loads; changes how loads happen, not what is added when
   bool weight_fixed = false;  // the weight is constant along reduce: read once per output
-  // Every element of the input, and of the weight unless it is fixed, is loaded once: no zero
-  // stride along a dim of more than one element (a broadcast operand is re-read, and should stay
-  // in L2). Variant 2's streaming loads are only for these.
-  bool read_once = false;
   // Rows total: one short weight row for all rows (kWeightRegisterGroups), from the shape alone.
   bool shared_weight_row = false;
   RowsPlan rows;
@@ -288,15 +248,6 @@ inline Plan plan_reduction(Problem p) {
   }
   Plan plan;
   plan.weight_fixed = p.weight_strides[1] == 0;
-  const auto all_strided = [&](const Strides& s) {
-    for (int d = 0; d < 3; ++d) {
-      if (sizes[d] > 1 && s[d] == 0) {
-        return false;
-      }
-    }
-    return true;
-  };
-  plan.read_once = all_strided(p.input_strides) && (plan.weight_fixed || all_strided(p.weight_strides));
   const auto& xs = p.input_strides;
   const auto& ws = p.weight_strides;
   const int64_t v = p.vector;
