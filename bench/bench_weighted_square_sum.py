@@ -60,13 +60,7 @@ TARGETS = [
 
 def parse_args(argv=None):
     p = harness.parser(__doc__, {"cuda": (24, 28), "cpu": (16, 22)}, LAYOUTS)
-    p.add_argument(
-        "--variants",
-        help="comma-separated variants to time (copy, the floor's, always; default all): e.g. copy,ours,compile",
-    )
-    args = harness.parse(p, argv, compile_static_from=0)
-    args.variants = None if args.variants is None else {name.strip() for name in args.variants.split(",")} | {"copy"}
-    return args
+    return harness.parse(p, argv, compile_static_from=0)
 
 
 def shapes(layout: str, log2n: int):
@@ -151,15 +145,12 @@ def measure_all(args, device, group_done):
         x = torch.randn(x_shape, **make).mul_(x_scale(case.layout, case.log2n))
         w, y = torch.randn(w_shape, **make), torch.empty(x_shape, **make)
         found = variants(x, w, dims, y, compiler.for_size(case.log2n))
-        if args.variants is not None:
-            found = [variant for variant in found if variant.name in args.variants]
         for variant in found:  # every check before any timing
             harness.check(variant, case, make["dtype"], y)
         rows = harness.rows_of(case, x.shape, found, timer(found), RATIOS)
         by_name = {row["variant"]: row for row in rows}
         compile_row = by_name.get("compile")
-        if "ours" in by_name:
-            by_name["ours"]["compile_slow"] = compile_row["vs_floor"] > COMPILE_SLOW if compile_row else None
+        by_name["ours"]["compile_slow"] = compile_row["vs_floor"] > COMPILE_SLOW if compile_row else None
         harness.print_rows(rows, fields)
         return rows
 
