@@ -526,10 +526,11 @@ def test_total_with_more_partials_than_one_block_adds():
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_name)
 def test_totals_on_concurrent_streams_and_in_a_cuda_graph(dtype):
-    # A total's last-block counter is its stream's, left at zero by each launch's last block; a
-    # total captured in a CUDA graph has one of its own, zeroed by a memset in the graph. Totals of
-    # each kernel queued back to back on three streams at once, and a graph replayed on a stream
-    # of its own while its capture stream runs eager totals, give the eager results.
+    # A total's last-block counter is its stream's slot, left at zero by each launch's last block;
+    # a total captured in a CUDA graph holds a slot of its own until the graph is destroyed. Totals
+    # of each kernel queued back to back on three streams at once, a graph replayed on a stream of
+    # its own while its capture stream runs eager totals, and graphs made and dropped many times
+    # (each returning its slot) give the eager results.
     inputs = [
         (make((4099, 1024), dtype, "cuda"), make((1024,), dtype, "cuda")),  # weight row in registers
         (make((1 << 20,), dtype, "cuda"), make((1 << 20,), dtype, "cuda")),  # Rows
@@ -569,3 +570,12 @@ def test_totals_on_concurrent_streams_and_in_a_cuda_graph(dtype):
     torch.cuda.synchronize()
     assert all(torch.equal(result, expected[0]) for result in replayed)
     assert all(torch.equal(result, expected[0]) for result in eager)
+    for _ in range(20):
+        dropped = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(dropped, stream=capture):
+            once = op(x, w)
+        dropped.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(once, expected[0])
+        del dropped
+    assert torch.equal(op(x, w), expected[0])
