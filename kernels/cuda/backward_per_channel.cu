@@ -2,7 +2,7 @@
 // and input a contiguous [outer, channels, inner] block, the weight [channels]. One pass writes
 // grad_input = dx(x, w) g with 16-byte loads and stores (element by element where rows or
 // pointers do not allow them) and sums grad_weight's terms dw(x, w) g per block into a float32
-// (float64 for double) workspace; a second, tiny kernel adds each channel's partials in float64
+// (float64 for double) workspace; a second, small kernel adds each channel's partials in float64
 // in a fixed order. Every block's share of the work depends on the shape only, and every sum has
 // a fixed order, so the result is the same bits on every run.
 //
@@ -10,23 +10,21 @@
 //  - down_rows: the block as a matrix [outer, channels * inner] whose column j has weight
 //    w[j / inner]; a block of threads takes a tile of columns over a block of rows, each thread
 //    one 16-byte vector of columns down its rows, and writes one partial per column and row block.
-//    For a weight along the rows (inner == 1) and for NCHW with short planes.
+//    About per_channel::kTargetBlocks blocks whatever the rows (backward_per_channel.h), so the
+//    rows per block grow with them. For a weight along the rows (inner == 1) and for NCHW with
+//    short planes.
 //  - along_runs: each of the outer * channels runs of `inner` elements (one weight each) in
 //    chunks; a block reduces a chunk to one partial. For a column weight and large planes.
-// Issue 40's variants (backward_per_channel.h, CUSTOM_OPS_PER_CHANNEL_VARIANT) change down_rows'
-// rows per block, its lanes' sums and the second stage; grad_input is the same bits in all.
 #include "kernels/cuda/backward_per_channel.h"
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
-#include <c10/util/Exception.h>
 
 #include "kernels/cuda/vectorized_access.cuh"
 #include "ops/floating_types.h"
@@ -84,14 +82,15 @@ struct DownRowsShape {
 };
 
 // blockDim = (tile columns in vectors, rows at a time); grid-stride over row blocks (x) and
-// column tiles (y). partials[row_block, column] (when kWeight), in acc_t. A lane sums its terms in
-// lane_t: acc_t adds every term to it (variants 0, 1); double adds the acc_t sum of each unrolled
-// group of kUnroll terms (variants 2-4, whose lanes walk hundreds of rows), and the lanes' tree
-// is in double too: each partial is then one rounding to acc_t off its exact sum.
-template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight, typename lane_t>
+// column tiles (y). partials[row_block, column] (when kWeight), in acc_t. A lane walks up to
+// rows_per_block / lanes rows, so it sums in double: for a float acc_t, the acc_t sum of each
+// unrolled group of kUnroll terms is added to it (grouped); for double, every term. The lanes'
+// tree is in double too: each partial is one rounding to acc_t off its lanes' sum.
+template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight>
 __global__ void __launch_bounds__(kThreads) down_rows_kernel(
     Pointers<scalar_t> p, at::opmath_type<scalar_t>* partials, DownRowsShape s) {
   using acc_t = at::opmath_type<scalar_t>;
+  using lane_t = double;
   using vec_t = Vector<scalar_t, kVec>;
   constexpr bool kGrouped = !std::is_same_v<lane_t, acc_t>;
   __shared__ lane_t shared[kWeight ? kThreads * kVec : 1];
@@ -289,7 +288,7 @@ __global__ void __launch_bounds__(kThreads) sum_channels_per_block_kernel(
   }
 }
 
-// The same sum for per_group == 1 over many groups (variants 1-4): blockDim = (kSumLanes
+// The same sum for per_group == 1 over kWideMinGroups groups or more: blockDim = (kSumLanes
 // channels, kSumSlices slices); slice y adds groups y, y + kSumSlices, ... in that order, kSumBatch
 // loads in flight before the first add, then a fixed tree over the slices. Every channel's order
 // depends on `groups` only.
@@ -327,10 +326,9 @@ __global__ void __launch_bounds__(kSumLanes * kSumSlices) sum_channels_wide_kern
 }
 
 template <typename scalar_t, typename acc_t>
-void launch_sum_channels(
-    const acc_t* partials, int64_t groups, int64_t channels, int64_t per_group, scalar_t* out, bool wide) {
+void launch_sum_channels(const acc_t* partials, int64_t groups, int64_t channels, int64_t per_group, scalar_t* out) {
   const auto stream = at::cuda::getCurrentCUDAStream();
-  if (per_group == 1 && wide && groups >= per_channel::kWideMinGroups) {
+  if (per_group == 1 && groups >= per_channel::kWideMinGroups) {
     const auto blocks = static_cast<unsigned>((channels + kSumLanes - 1) / kSumLanes);  // channels < 2^31
     sum_channels_wide_kernel<<<blocks, dim3(kSumLanes, kSumSlices), 0, stream>>>(partials, groups, channels, out);
   } else if (per_group == 1) {
@@ -343,14 +341,11 @@ void launch_sum_channels(
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight, typename lane_t>
-void launch_down_rows_as(
-    const detail::PerChannelBackward& args,
-    const Pointers<scalar_t>& p,
-    const per_channel::PerChannelVariant& variant) {
+template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight>
+void launch_down_rows(const detail::PerChannelBackward& args, const Pointers<scalar_t>& p) {
   using acc_t = at::opmath_type<scalar_t>;
   const auto [outer, channels, inner] = args.shape;
-  const auto g = per_channel::down_rows_geometry(outer, channels * inner, kVec, variant.target_blocks);
+  const auto g = per_channel::down_rows_geometry(outer, channels * inner, kVec);
   const DownRowsShape s{outer, channels * inner, inner, g.rows_per_block, g.row_blocks, g.column_tiles};
   at::Tensor partials;
   if (kWeight) {
@@ -360,26 +355,12 @@ void launch_down_rows_as(
   const dim3 grid(
       static_cast<unsigned>(std::min(s.row_blocks, kMaxGridX)),
       static_cast<unsigned>(std::min(s.column_tiles, kMaxGridY)));
-  down_rows_kernel<Term, scalar_t, kVec, kInput, kWeight, lane_t>
+  down_rows_kernel<Term, scalar_t, kVec, kInput, kWeight>
       <<<grid, dim3(g.tile, g.lanes), 0, at::cuda::getCurrentCUDAStream()>>>(p, workspace, s);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (kWeight) {
-    launch_sum_channels(
-        workspace, s.row_blocks, channels, inner, args.grad_weight.mutable_data_ptr<scalar_t>(),
-        variant.wide_second_stage);
+    launch_sum_channels(workspace, s.row_blocks, channels, inner, args.grad_weight.mutable_data_ptr<scalar_t>());
   }
-}
-
-template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight>
-void launch_down_rows(const detail::PerChannelBackward& args, const Pointers<scalar_t>& p) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const auto variant = per_channel::per_channel_variant_of(per_channel::per_channel_variant());
-  if constexpr (kWeight && !std::is_same_v<acc_t, double>) {
-    if (variant.double_lanes) {
-      return launch_down_rows_as<Term, scalar_t, kVec, kInput, kWeight, double>(args, p, variant);
-    }
-  }
-  launch_down_rows_as<Term, scalar_t, kVec, kInput, kWeight, acc_t>(args, p, variant);
 }
 
 template <class Term, typename scalar_t, int kVec, bool kInput, bool kWeight>
@@ -399,9 +380,7 @@ void launch_along_runs(const detail::PerChannelBackward& args, const Pointers<sc
       <<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(p, workspace, s);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (kWeight) {
-    const auto variant = per_channel::per_channel_variant_of(per_channel::per_channel_variant());
-    launch_sum_channels(
-        workspace, outer, channels, s.chunks, args.grad_weight.mutable_data_ptr<scalar_t>(), variant.wide_second_stage);
+    launch_sum_channels(workspace, outer, channels, s.chunks, args.grad_weight.mutable_data_ptr<scalar_t>());
   }
 }
 
@@ -427,22 +406,6 @@ void launch(const detail::PerChannelBackward& args) {
 }
 
 }  // namespace
-
-int per_channel::per_channel_variant() {
-  static const int variant = [] {
-    const char* text = std::getenv("CUSTOM_OPS_PER_CHANNEL_VARIANT");
-    if (text == nullptr || *text == '\0') {
-      return 0;
-    }
-    char* end = nullptr;
-    const long value = std::strtol(text, &end, 10);
-    TORCH_CHECK(
-        *end == '\0' && value >= 0 && value < kPerChannelVariants, "CUSTOM_OPS_PER_CHANNEL_VARIANT=", text,
-        ": expected 0..", kPerChannelVariants - 1);
-    return static_cast<int>(value);
-  }();
-  return variant;
-}
 
 template <class Term>
 void backward_per_channel(const detail::PerChannelBackward& args) {
