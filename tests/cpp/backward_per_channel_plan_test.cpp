@@ -1,12 +1,20 @@
 // The per-channel backward: which call gets which path (ops/weighted_sum_backward_plan.h, host
-// code, checked without a GPU), and the CPU loop's values for every layout, dtype and output mask
+// code, checked without a GPU), the CUDA first pass's block geometry (kernels/cuda/
+// backward_per_channel.h, host code too), and the CPU loop's values for every layout, dtype and output mask
 // (so the sanitizer build runs it: partial vectors, partial row blocks and run chunks, misaligned
 // pointers). tests/python/test_weighted_sum_backward_per_channel.py covers both devices.
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <utility>
+#include <vector>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <custom_ops/custom_ops.h>
 
+#include "kernels/cuda/backward_per_channel.h"
 #include "ops/backward_per_channel_plan.h"
 #include "reference.h"
 
@@ -92,6 +100,158 @@ TEST(WeightedSumBackwardPlan, EverythingElseIsGeneric) {
       torch::randn({1, 8, 5, 6}, kFloat), torch::randn({1, 8, 5, 6}, kFloat), torch::randn({8, 1, 1}, kFloat));
   // Empty.
   expect_generic(torch::randn({0, 96}, kFloat), torch::randn({0, 96}, kFloat), w);
+}
+
+// The CUDA first pass's geometry (down_rows: a weight along the rows, NCHW with short planes).
+// Host-only: the header needs no CUDA runtime.
+namespace geometry {
+
+using custom::cuda::per_channel::down_rows_geometry;
+using custom::cuda::per_channel::DownRowsGeometry;
+using custom::cuda::per_channel::kTargetBlocks;
+using custom::cuda::per_channel::kThreads;
+using custom::cuda::per_channel::kUnroll;
+using custom::cuda::per_channel::kVectorsPerThread;
+using custom::cuda::per_channel::kWideMinGroups;
+
+// The rows of the last row block (the others have rows_per_block).
+int64_t last_block_rows(const DownRowsGeometry& g, int64_t rows) {
+  return rows - (g.row_blocks - 1) * g.rows_per_block;
+}
+
+}  // namespace geometry
+
+TEST(PerChannelCudaGeometry, ChosenConfiguration) {
+  using namespace geometry;
+  // w [4096] over [16384, 4096]: float32 (4 per vector) and bfloat16 (8); one row of vectors per
+  // block at a time, kTargetBlocks blocks in all, and enough row blocks for the wide second stage.
+  auto g = down_rows_geometry(16384, 4096, 4);
+  EXPECT_EQ(g.tile, kThreads);
+  EXPECT_EQ(g.lanes, 1);
+  EXPECT_EQ(g.column_tiles, 4);
+  EXPECT_EQ(g.rows_per_block, 256);
+  EXPECT_EQ(g.row_blocks, 64);
+  EXPECT_EQ(g.row_blocks * g.column_tiles, kTargetBlocks);
+  EXPECT_GE(g.row_blocks, kWideMinGroups);
+  g = down_rows_geometry(16384, 4096, 8);
+  EXPECT_EQ(g.tile, kThreads);
+  EXPECT_EQ(g.lanes, 1);
+  EXPECT_EQ(g.column_tiles, 2);
+  EXPECT_EQ(g.rows_per_block, 128);
+  EXPECT_EQ(g.row_blocks, 128);
+  EXPECT_EQ(g.row_blocks * g.column_tiles, kTargetBlocks);
+  // Narrow rows: 24 vectors take a tile of 32 and 8 lanes, one column tile.
+  g = down_rows_geometry(4099, 96, 4);
+  EXPECT_EQ(g.tile, 32);
+  EXPECT_EQ(g.lanes, 8);
+  EXPECT_EQ(g.column_tiles, 1);
+  // Element by element (45 channels): a tile of 64 and 4 lanes.
+  g = down_rows_geometry(2100, 45, 1);
+  EXPECT_EQ(g.tile, 64);
+  EXPECT_EQ(g.lanes, 4);
+  EXPECT_EQ(g.column_tiles, 1);
+  // More column tiles than the target (NCHW, 4096 channels of 256-element planes): one row block.
+  g = down_rows_geometry(64, 1 << 20, 4);
+  EXPECT_EQ(g.column_tiles, 1024);
+  EXPECT_EQ(g.rows_per_block, 64);
+  EXPECT_EQ(g.row_blocks, 1);
+}
+
+TEST(PerChannelCudaGeometry, RowsPerBlockGrowWithTheRows) {
+  using namespace geometry;
+  // [R, 4096] float32 at 2^24, 2^26 and 2^28 elements: the same blocks, more rows in each.
+  for (const auto& [rows, rows_per_block] :
+       std::vector<std::pair<int64_t, int64_t>>{{4096, 64}, {16384, 256}, {65536, 1024}}) {
+    SCOPED_TRACE(::testing::Message() << "rows " << rows);
+    const auto g = down_rows_geometry(rows, 4096, 4);
+    EXPECT_EQ(g.rows_per_block, rows_per_block);
+    EXPECT_EQ(g.row_blocks, 64);
+  }
+  // Never fewer than lanes * kVectorsPerThread rows per block: few rows make fewer blocks.
+  auto g = down_rows_geometry(1024, 4096, 4);
+  EXPECT_EQ(g.rows_per_block, kVectorsPerThread);
+  EXPECT_EQ(g.row_blocks, 32);
+  g = down_rows_geometry(67, 45, 1);
+  EXPECT_EQ(g.rows_per_block, 4 * kVectorsPerThread);
+  EXPECT_EQ(g.row_blocks, 1);
+  // Never fewer rows per block as the rows grow, and never more blocks than the target.
+  for (const int64_t width : {45, 96, 4096}) {
+    for (const int vec : {1, 4, 8}) {
+      if (width % vec != 0) {
+        continue;
+      }
+      int64_t previous = 0;
+      for (int64_t rows = 1; rows <= (int64_t{1} << 20); rows = rows * 3 / 2 + 1) {
+        SCOPED_TRACE(::testing::Message() << "rows " << rows << ", width " << width << ", vec " << vec);
+        const auto next = down_rows_geometry(rows, width, vec);
+        EXPECT_GE(next.rows_per_block, previous);
+        EXPECT_LE(next.row_blocks * next.column_tiles, std::max(kTargetBlocks, next.column_tiles));
+        previous = next.rows_per_block;
+      }
+    }
+  }
+}
+
+TEST(PerChannelCudaGeometry, PartialLastBlock) {
+  using namespace geometry;
+  // Rows per block past kVectorsPerThread, the last block short.
+  auto g = down_rows_geometry(5003, 4096, 4);
+  EXPECT_EQ(g.rows_per_block, 80);
+  EXPECT_EQ(g.row_blocks, 63);
+  EXPECT_EQ(last_block_rows(g, 5003), 43);
+  g = down_rows_geometry(5003, 4096, 8);
+  EXPECT_EQ(g.rows_per_block, 40);
+  EXPECT_EQ(g.row_blocks, 126);
+  EXPECT_EQ(last_block_rows(g, 5003), 3);
+  g = down_rows_geometry(4099, 96, 4);
+  EXPECT_EQ(g.rows_per_block, 256);
+  EXPECT_EQ(g.row_blocks, 17);
+  EXPECT_EQ(last_block_rows(g, 4099), 3);
+  g = down_rows_geometry(2100, 45, 1);
+  EXPECT_EQ(g.rows_per_block, 128);
+  EXPECT_EQ(g.row_blocks, 17);
+  EXPECT_EQ(last_block_rows(g, 2100), 52);
+}
+
+TEST(PerChannelCudaGeometry, EveryRowCoveredExactlyOnce) {
+  using namespace geometry;
+  for (const int64_t rows : {1, 7, 31, 33, 67, 1000, 2100, 4099, 5003, 16384, 65536}) {
+    for (const int64_t width : std::initializer_list<int64_t>{4, 45, 96, 1024, 4096, 16384, 1 << 20}) {
+      for (const int vec : {1, 2, 4, 8}) {
+        if (width % vec != 0) {
+          continue;
+        }
+        SCOPED_TRACE(::testing::Message() << "rows " << rows << ", width " << width << ", vec " << vec);
+        const auto g = down_rows_geometry(rows, width, vec);
+        const int64_t vectors = width / vec;
+        ASSERT_EQ(g.tile * g.lanes, kThreads);
+        ASSERT_EQ(g.tile & (g.tile - 1), 0);
+        ASSERT_EQ(g.rows_per_block % (int64_t{g.lanes} * kUnroll), 0);
+        ASSERT_GE(g.rows_per_block, g.lanes * kVectorsPerThread);
+        ASSERT_GE(g.column_tiles * g.tile, vectors);
+        ASSERT_LT((g.column_tiles - 1) * g.tile, vectors);
+        ASSERT_LT((g.row_blocks - 1) * g.rows_per_block, rows);
+        ASSERT_GE(g.row_blocks * g.rows_per_block, rows);
+        // The kernel's walk: lane y of row block b takes rows b * rows_per_block + y, then every
+        // lanes rows, kUnroll at a time, up to the block's end.
+        std::vector<int> seen(static_cast<size_t>(rows), 0);
+        for (int64_t block = 0; block < g.row_blocks; ++block) {
+          const int64_t row_end = std::min(rows, (block + 1) * g.rows_per_block);
+          for (int64_t y = 0; y < g.lanes; ++y) {
+            for (int64_t row = block * g.rows_per_block + y; row < row_end; row += kUnroll * g.lanes) {
+              for (int k = 0; k < kUnroll; ++k) {
+                const int64_t r = row + k * g.lanes;
+                if (r < row_end) {
+                  ++seen[static_cast<size_t>(r)];
+                }
+              }
+            }
+          }
+        }
+        ASSERT_EQ(std::count(seen.begin(), seen.end(), 1), rows);
+      }
+    }
+  }
 }
 
 // (input shape, weight shape) with partial vectors, partial row blocks (rows not a multiple of

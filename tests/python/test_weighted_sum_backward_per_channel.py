@@ -23,6 +23,10 @@ LAYOUTS = {
     "row_130x1024": ((130, 1024), (1024,)),
     "row_3d_merged": ((3, 7, 40), (40,)),
     "row_keepdim": ((65, 33), (1, 33)),
+    # More than 32 rows per block (the CUDA first pass spreads the rows over about a fixed number
+    # of blocks) and a partial last block; element loads, a channel count not a multiple of 32.
+    "row_5003x4096": ((5003, 4096), (4096,)),
+    "row_2100x45": ((2100, 45), (45,)),
     "column_37x300": ((37, 300), (37, 1)),
     "column_6x4500": ((6, 4500), (6, 1)),
     "nchw_3x5x7x9": ((3, 5, 7, 9), (5, 1, 1)),
@@ -124,6 +128,8 @@ DETERMINISM_CASES = {
     "row": ((4099, 96), (96,)),
     "column": ((24, 9000), (24, 1)),
     "nchw": ((9, 16, 33, 31), (16, 1, 1)),
+    "row_5003x4096": ((5003, 4096), (4096,)),
+    "row_2100x45": ((2100, 45), (45,)),
 }
 
 
