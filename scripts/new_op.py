@@ -265,6 +265,7 @@ def _rows(header: str, macro: str) -> list[tuple[str, str]]:
 # --- the three files ---
 
 HEADER = """\
+// SPDX-License-Identifier: BSD-3-Clause
 // The term of {name} ({kind}): y = {value}
 // Written by scripts/new_op.py; yours to edit (custom_ops/term.h says what each function is).
 #pragma once

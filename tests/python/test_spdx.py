@@ -4,6 +4,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from environment import REPO
 
 SCRIPT = REPO / "scripts" / "check_spdx.py"
@@ -35,5 +37,9 @@ def test_sources_without_the_line_are_listed_and_fixed_in_their_own_syntax(tmp_p
 
 
 def test_every_source_of_this_checkout_has_the_line():
+    # Outside a git work tree (a source copy, as CI's new-operator drill makes) build outputs
+    # cannot be told from sources.
+    if subprocess.run(["git", "-C", str(REPO), "rev-parse", "--is-inside-work-tree"], capture_output=True).returncode:
+        pytest.skip(f"{REPO} is not a git work tree")
     result = check_spdx()
     assert result.returncode == 0, result.stdout + result.stderr
