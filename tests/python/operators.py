@@ -21,7 +21,6 @@ import types
 
 import pytest
 import torch
-from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from environment import REPO
 
@@ -48,8 +47,10 @@ def _as_result(value, input, weight):
     that ignores an operand, or is a constant, still broadcasts and promotes like the op)."""
     weight_shape = weight.shape if isinstance(weight, torch.Tensor) else ()
     shape = torch.broadcast_shapes(input.shape, weight_shape)
-    # torch.result_type's rules, in a form torch.compile traces without a graph break.
-    dtype = elementwise_dtypes(input, weight, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
+    # torch.result_type's rules (0-dim and number operands included), read off a product: the one
+    # form every supported torch.compile traces without a graph break (Inductor drops the unused
+    # product).
+    dtype = (input * weight).dtype
     if not isinstance(value, torch.Tensor):
         return torch.full(shape, value, dtype=dtype, device=input.device)
     if value.dtype != dtype:
