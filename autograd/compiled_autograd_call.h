@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // How a node's apply_with_saved hands itself to compiled autograd: as one opaque call of its
 // formula (bound once per process under the node's name) on the saved values it packs, as the
 // nodes ATen generates do.

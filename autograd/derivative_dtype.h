@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The dtype every derivative formula of the `custom` ops computes in: that of the forward's
 // promoted result (float64 for a float32 input and a float64 weight), each operand converted to it
 // first and each gradient or tangent rounded to its argument's dtype once, at the end, as ATen's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // What every Autograd kernel asks of its operands: their forward-mode tangents and primals, and
 // whether they are dense tensors the graph bookkeeping can handle.
 #pragma once

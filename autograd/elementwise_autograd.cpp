@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The Autograd kernels of every elementwise operator and every term's backward operator, from the
 // operator table: registered at the Autograd key, written like the kernels PyTorch generates for
 // its own ops (VariableType): they compute the result by redispatching below autograd, then
@@ -98,8 +99,7 @@ variable_list elementwise_gradients(
   if (!grad.defined() || !(needed[0] || needed[1])) {
     return result;
   }
-  std::tie(result[0], result[1]) =
-      detail::backward_handle<rows::BackwardOf<Term>>().call(grad, input, weight, needed);
+  std::tie(result[0], result[1]) = detail::backward_handle<rows::BackwardOf<Term>>().call(grad, input, weight, needed);
   return result;
 }
 
@@ -149,7 +149,8 @@ variable_list ElementwiseBackward0<Row>::apply_with_saved(const variable_list& g
   const std::vector<at::TypePtr> schema = {
       IValuePacker<std::array<bool, 2>>::packed_type(), IValuePacker<at::Tensor>::packed_type(),
       IValuePacker<at::Tensor>::packed_type()};
-  auto result = call_traced(*this, saved, grads, packed, bound, elementwise_gradients_packed<typename Row::Term>, schema);
+  auto result =
+      call_traced(*this, saved, grads, packed, bound, elementwise_gradients_packed<typename Row::Term>, schema);
   saved.after(input_);
   saved.after(weight_);
   return result;
@@ -231,7 +232,9 @@ void check_not_captured(const at::Tensor& self, const char* op) {
   TORCH_CHECK(
       wrapper == nullptr || !wrapper->is_immutable(),
       "During a grad (vjp, jvp, grad, etc) transform, the function provided attempted to call in-place "
-      "operation (", op, ") that would mutate a captured Tensor. A captured Tensor is one that "
+      "operation (",
+      op,
+      ") that would mutate a captured Tensor. A captured Tensor is one that "
       "is defined outside of the function transform and is not an input to the transformed function.");
 }
 
@@ -297,12 +300,13 @@ void elementwise_out_autograd(
   const auto& op = detail::out_handle<Row>();
   // ATen's rules and messages for out= under autograd.
   TORCH_CHECK(
-      !compute_requires_grad(input, weight, out),
-      Row::out_name, ": out=... arguments don't support automatic differentiation, "
+      !compute_requires_grad(input, weight, out), Row::out_name,
+      ": out=... arguments don't support automatic differentiation, "
       "but one of the arguments requires grad.");
   TORCH_CHECK_NOT_IMPLEMENTED(
-      !(isFwGradDefined(input) || isFwGradDefined(weight) || isFwGradDefined(out)),
-      "Trying to use forward AD with ", Row::out_name, " that does not support it because it is an out= "
+      !(isFwGradDefined(input) || isFwGradDefined(weight) || isFwGradDefined(out)), "Trying to use forward AD with ",
+      Row::out_name,
+      " that does not support it because it is an out= "
       "function");
   {
     at::AutoDispatchBelowADInplaceOrView guard;
@@ -353,9 +357,9 @@ std::tuple<at::Tensor, at::Tensor> term_backward_autograd(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(custom, Autograd, m) {
-#define CUSTOM_OPS_REGISTER_ELEMENTWISE(name_, Term_)                                  \
-  m.impl(#name_, TORCH_FN(elementwise_autograd<rows::name_>));                         \
-  m.impl(#name_ ".out", TORCH_FN(elementwise_out_autograd<rows::name_>));              \
+#define CUSTOM_OPS_REGISTER_ELEMENTWISE(name_, Term_)                     \
+  m.impl(#name_, TORCH_FN(elementwise_autograd<rows::name_>));            \
+  m.impl(#name_ ".out", TORCH_FN(elementwise_out_autograd<rows::name_>)); \
   m.impl(#name_ "_", TORCH_FN(elementwise_inplace_autograd<rows::name_>));
   CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_REGISTER_ELEMENTWISE)
 #undef CUSTOM_OPS_REGISTER_ELEMENTWISE

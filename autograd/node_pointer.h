@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // How a graph node is created and handed to autograd: the one thing that differs between the
 // torch releases we build against. Until 2.12 nodes are std::shared_ptr<Node> (created with
 // deleteNode, which unlinks long chains without recursing); from 2.13 they are

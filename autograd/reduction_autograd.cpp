@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The Autograd kernel of every reduction of the operator table, with the elementwise operators'
 // mechanism (elementwise_autograd.cpp): the result from a redispatch below autograd, then a graph
 // node for reverse mode and the tangent for forward mode. The node's backward is the term's

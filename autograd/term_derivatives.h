@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Every derivative formula of the library, from the term's partials evaluated on tensors: the
 // backward operator's own backward (second order), and the forward-mode tangents of an operator
 // and of its backward. They use dispatcher ops on primal values, so they are differentiable
@@ -89,7 +90,9 @@ torch::autograd::variable_list term_backward_gradients(
     if (needed[1]) d_input = times_defined(by_x, g);
     if (needed[2]) d_weight = times_defined(by_w, g);
   }
-  return {reduced_to(expanded_to(d_grad, grad.sym_sizes()), grad), reduced_to(d_input, input), reduced_to(d_weight, weight)};
+  return {
+      reduced_to(expanded_to(d_grad, grad.sym_sizes()), grad), reduced_to(d_input, input),
+      reduced_to(d_weight, weight)};
 }
 
 // Tangents of the backward operator's outputs, for the outputs the mask asks for (undefined where

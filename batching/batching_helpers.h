@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // What every batching rule does with its operands (see elementwise_batching.cpp): unwrap them at
 // the current vmap level, move their batch dims to the front and pad their per-example ranks to a
 // common one, and promote as the per-example op would. Written against functorch's exported

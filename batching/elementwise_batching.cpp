@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Batching rules for torch.vmap (the FuncTorchBatched key) of every elementwise operator and term
 // backward of the operator table: one call of the op on the whole
 // batch instead of functorch's per-example fallback loop, which warns, is slow, and cannot run
@@ -53,11 +54,10 @@ void elementwise_inplace_batched(const at::Tensor& self, const at::Tensor& weigh
   }
   // ATen's rule for in-place ops under vmap: the result has a batch dim, so self must have one.
   TORCH_CHECK(
-      self_batched,
-      "vmap: ", Row::inplace_name,
+      self_batched, "vmap: ", Row::inplace_name,
       "(self, weight) is not possible because weight is batched (vmapped over) "
-      "but self is not, and an in-place op cannot give self a batch dimension. Use the out-of-place ", Row::name,
-      " instead.");
+      "but self is not, and an in-place op cannot give self a batch dimension. Use the out-of-place ",
+      Row::name, " instead.");
   const auto s = unwrap(self, level);
   const auto w = unwrap(weight, level);
   TORCH_CHECK(
@@ -133,13 +133,14 @@ std::tuple<at::Tensor, at::Tensor> term_backward_batched(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(custom, FuncTorchBatched, m) {
-#define CUSTOM_OPS_REGISTER_ELEMENTWISE(name_, Term_)                         \
-  m.impl(#name_, TORCH_FN(elementwise_batched<rows::name_>));                 \
-  m.impl(#name_ "_", TORCH_FN(elementwise_inplace_batched<rows::name_>));     \
+#define CUSTOM_OPS_REGISTER_ELEMENTWISE(name_, Term_)                     \
+  m.impl(#name_, TORCH_FN(elementwise_batched<rows::name_>));             \
+  m.impl(#name_ "_", TORCH_FN(elementwise_inplace_batched<rows::name_>)); \
   m.impl(#name_ ".out", TORCH_FN(elementwise_out_batched<rows::name_>));
   CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_REGISTER_ELEMENTWISE)
 #undef CUSTOM_OPS_REGISTER_ELEMENTWISE
-#define CUSTOM_OPS_REGISTER_BACKWARD(Term_, backward_) m.impl(#backward_, TORCH_FN(term_backward_batched<terms::Term_>));
+#define CUSTOM_OPS_REGISTER_BACKWARD(Term_, backward_) \
+  m.impl(#backward_, TORCH_FN(term_backward_batched<terms::Term_>));
   CUSTOM_OPS_TERMS(CUSTOM_OPS_REGISTER_BACKWARD)
 #undef CUSTOM_OPS_REGISTER_BACKWARD
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The batching rule of every reduction of the operator table for torch.vmap: the operands with their batch dims
 // first (batching_helpers.h), the per-example dims shifted past the batch dim, one call.
 #include <algorithm>
@@ -52,7 +53,8 @@ at::Tensor reduction_batched(
       }
     }
     physical_dims.push_back(1);
-    return makeBatched(custom::detail::reduction_handle<Row>().call(x_physical, w_physical, physical_dims, false, dtype), 0, level);
+    return makeBatched(
+        custom::detail::reduction_handle<Row>().call(x_physical, w_physical, physical_dims, false, dtype), 0, level);
   }
   if (!dim.has_value() || dim->empty()) {
     for (int64_t d = 0; d < rank; ++d) {
@@ -63,7 +65,8 @@ at::Tensor reduction_batched(
       physical_dims.push_back(at::maybe_wrap_dim(d, rank) + 1);
     }
   }
-  return makeBatched(custom::detail::reduction_handle<Row>().call(x_physical, w_physical, physical_dims, keepdim, dtype), 0, level);
+  return makeBatched(
+      custom::detail::reduction_handle<Row>().call(x_physical, w_physical, physical_dims, keepdim, dtype), 0, level);
 }
 
 }  // namespace

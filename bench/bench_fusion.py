@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Fusion under torch.compile: relu(weighted_sum(a + b, w)) * 3 compiled with our op decomposed
 (model_ours) and opaque to Inductor (model_opaque), against the compiled composite
 relu(w * (a + b).square()) * 3; and the op alone compiled (op_compiled) against our eager kernel."""

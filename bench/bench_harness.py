@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What every benchmark shares: the command line, the correctness check before timing, the GPU and
 CPU timers, the floor and ratio columns of the rows, the targets (data) and their one evaluator,
 the printed table and the results JSON. The benchmarks bring only their variants and targets."""
@@ -18,7 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch._dynamo

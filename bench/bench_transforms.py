@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Per-call CPU time of custom::weighted_sum under torch.func transforms and eager autograd, against
 the composite w * x.square(): per-sample gradients (vmap(grad(...)) of a shared weight, and of both
 arguments) and eager calls without grad, with grad, and forward plus autograd.grad, at [B, D]."""

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Bandwidth of torch.ops.custom.weighted_sum (y = w * x**2) against PyTorch's ceilings, forward
 and forward+backward, on the GPU or --cpu, with the per-call host time of small calls; bench/README.md
 lists the variants and targets."""

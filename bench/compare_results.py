@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Two runs of one benchmark side by side: the commit before a change and the one after, measured
 in one device session (each tree's library in its own process: two copies cannot share one).
 
@@ -49,19 +50,25 @@ def main(argv=None) -> int:
         elif judged:
             reference_ratios.append(row["ratio"])
         rows.append(row)
-    print(f"before {before_run.get('git_commit')}  after {after_run.get('git_commit')}  ({before_run.get('device_name')})")
-    print(f"{'kind':10s} {'variant':22s} {'dtype':9s} {'layout':16s} {'n':>6s} {'before us':>11s} {'after us':>11s} {'after/before':>12s}")
+    print(
+        f"before {before_run.get('git_commit')}  after {after_run.get('git_commit')}  ({before_run.get('device_name')})"
+    )
+    print(
+        f"{'kind':10s} {'variant':22s} {'dtype':9s} {'layout':16s} {'n':>6s} "
+        f"{'before us':>11s} {'after us':>11s} {'after/before':>12s}"
+    )
     for row in rows:
         if ours(row["variant"]):
             n = f"2^{row['log2n']}" if row["log2n"] is not None else "-"
             mark = "  SLOWER" if row.get("slower") else ""
             print(
-                f"{row['kind']:10s} {row['variant']:22s} {str(row['dtype']):9s} {str(row['layout']):16s} {n:>6s} "
+                f"{row['kind']:10s} {row['variant']:22s} {row['dtype']!s:9s} {row['layout']!s:16s} {n:>6s} "
                 f"{row['before_us']:11.2f} {row['after_us']:11.2f} {row['ratio']:12.4f}{mark}"
             )
     if reference_ratios:
         print(
-            f"reference variants from 2^{args.min_log2}: after/before median {statistics.median(reference_ratios):.4f}, "
+            f"reference variants from 2^{args.min_log2}: after/before median "
+            f"{statistics.median(reference_ratios):.4f}, "
             f"range {min(reference_ratios):.4f}..{max(reference_ratios):.4f} (the run-to-run spread)"
         )
     print(f"{len(slower)} of our rows more than {args.tolerance:.0%} slower" if slower else "no row of ours slower")

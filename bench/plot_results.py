@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Draws bench results as GB/s against size: bench_weighted_sum.py's (one or several files, merged;
 per-channel rows as time over the floor; --fusion adds bench_fusion.py's ratios) or
 bench_weighted_square_sum.py's (by its "benchmark"), with the floors and the targets' bounds.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # ctest script: LIBRARY must use the shared libstdc++ and define none of libstdc++'s own code
 # (locale, codecvt), i.e. carry no second C++ runtime (see CustomOpsToolchain.cmake).
 # cmake -DLIBRARY=... -DNM=... -DOBJDUMP=... -P CheckNoPrivateLibstdcxx.cmake

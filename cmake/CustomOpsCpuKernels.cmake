@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Compiles the CPU loops once per instruction set, as ATen compiles its native/cpu kernels, so
 # one library is fast on AVX2 (and AVX512) machines and still runs on any x86-64 (or other) CPU.
 # kernels/cpu/*_cpu_dispatch.cpp pick the set at run time, as ATen does for its own kernels of the

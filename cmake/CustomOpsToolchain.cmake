@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Refuses C++ compilers that link libstdc++ statically.
 #
 # Our library shares C++ objects (strings, exceptions, streams) with libtorch, which uses the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Compiler warnings for our own targets (never for consumers of the installed package): -Wall
 # -Wextra on C++ and on nvcc's host compilation. Torch's headers come in as system headers, so
 # what is reported is ours. CUSTOM_OPS_WARNINGS_AS_ERRORS (CI) keeps the count at zero.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Which backward suits a call of custom::weighted_sum_backward whose weight is broadcast along
 // some dimensions of the input and kept along one run of others: a per-channel weight. The
 // generic backward computes each gradient over the full shape and sums the weight's with

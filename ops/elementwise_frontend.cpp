@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 #include "elementwise_frontend.h"
 
 #include <numeric>

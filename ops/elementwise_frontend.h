@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The elementwise engine's device-independent half, for every elementwise operator and every
 // term's backward operator: checks, output allocation, out= resizing and the TensorIterator
 // set-up. A device supplies only its loops for a term; the Meta kernels supply none and so get the
@@ -96,12 +97,12 @@ struct BoundBackward {
 // CPU, CUDA and Meta, nor between operators.
 template <template <class> class LoopsOf, typename DeviceGuard = NoDeviceGuard>
 void register_elementwise_kernels(torch::Library& m) {
-#define CUSTOM_OPS_REGISTER_ELEMENTWISE(name_, Term_)                                          \
-  {                                                                                            \
-    using Bound = BoundElementwise<rows::name_, LoopsOf>;                                      \
-    register_kernel<DeviceGuard, Bound::kernel, &elementwise_impl>(m, #name_);                 \
-    register_kernel<DeviceGuard, Bound::kernel, &elementwise_out_impl>(m, #name_ ".out");      \
-    register_kernel<DeviceGuard, Bound::kernel, &elementwise_inplace_impl>(m, #name_ "_");     \
+#define CUSTOM_OPS_REGISTER_ELEMENTWISE(name_, Term_)                                      \
+  {                                                                                        \
+    using Bound = BoundElementwise<rows::name_, LoopsOf>;                                  \
+    register_kernel<DeviceGuard, Bound::kernel, &elementwise_impl>(m, #name_);             \
+    register_kernel<DeviceGuard, Bound::kernel, &elementwise_out_impl>(m, #name_ ".out");  \
+    register_kernel<DeviceGuard, Bound::kernel, &elementwise_inplace_impl>(m, #name_ "_"); \
   }
   CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_REGISTER_ELEMENTWISE)
 #undef CUSTOM_OPS_REGISTER_ELEMENTWISE

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Every elementwise operator's .Scalar overload: a number as weight, like aten::mul.Scalar. One
 // composite kernel: it makes the number a 0-dim tensor on input's device and calls the tensor
 // overload, so autograd (gradient w.r.t. input), forward AD, vmap, Meta and torch.compile all

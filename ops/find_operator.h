@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // A typed dispatcher handle of one operator, for the per-op handle headers (*_handles.h).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The dtypes the kernels compute in: one list for the argument checks and for every kernel's dtype
 // dispatch, so adding a dtype is a one-line change.
 #pragma once

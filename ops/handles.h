@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Typed dispatcher handles of every operator of the table, each looked up once per process. The
 // public C++ API (operators.cpp) calls them; the autograd kernels and batching rules redispatch
 // through them below their own key.
@@ -16,10 +17,10 @@
 
 namespace custom::detail {
 
-using BackwardSignature = std::tuple<at::Tensor, at::Tensor>(
-    const at::Tensor&, const at::Tensor&, const at::Tensor&, std::array<bool, 2>);
-using ReductionSignature = at::Tensor(
-    const at::Tensor&, const at::Tensor&, at::OptionalIntArrayRef, bool, std::optional<at::ScalarType>);
+using BackwardSignature =
+    std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&, std::array<bool, 2>);
+using ReductionSignature =
+    at::Tensor(const at::Tensor&, const at::Tensor&, at::OptionalIntArrayRef, bool, std::optional<at::ScalarType>);
 
 template <class Row>
 const auto& functional_handle() {

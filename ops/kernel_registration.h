@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The one registration helper of every operator: turns a frontend function
 // `Result impl(const Loops&, First first, Rest... rest)` into the kernel of one dispatch key, with
 // that key's loops bound at compile time and its device guard on `first`. Each op's frontend

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 #include "operand_checks.h"
 
 #include <ATen/ExpandUtils.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Argument checks and shape/dtype rules shared by every operator and by its CPU, CUDA and Meta
 // kernels, so every op and key accepts the same inputs, gives the same errors and infers the same
 // output.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The reduction engine's device-independent half, for every reduction operator of the table: the
 // checks, the result's shape and dtype, and the canonical [outer, reduce, inner] views the device
 // loops sum a term over. A device supplies only its loops for a term; the Meta kernel supplies

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The one place where the `custom` operators are declared, each from its row of the operator
 // table. Every other file only registers kernels for these schemas with TORCH_LIBRARY_IMPL; the
 // layout errors below cover every schema listed here.
@@ -28,11 +29,11 @@ struct Operator {
 };
 
 // Each row of the operator table (custom_ops/operators.h) gives its operator's schemas.
-#define CUSTOM_OPS_ELEMENTWISE_SCHEMAS(name_, Term_)                              \
-  {#name_ "(Tensor input, Tensor weight) -> Tensor"},                              \
-      /* A Python number as weight, like aten::mul.Scalar (elementwise_scalar.cpp). */ \
-      {#name_ ".Scalar(Tensor input, Scalar weight) -> Tensor", /*composite=*/true}, \
-      {#name_ ".out(Tensor input, Tensor weight, *, Tensor(a!) out) -> ()"},       \
+#define CUSTOM_OPS_ELEMENTWISE_SCHEMAS(name_, Term_)                                                      \
+  {#name_ "(Tensor input, Tensor weight) -> Tensor"}, /* A Python number as weight, like aten::mul.Scalar \
+                                                         (elementwise_scalar.cpp). */                     \
+      {#name_ ".Scalar(Tensor input, Scalar weight) -> Tensor", /*composite=*/true},                      \
+      {#name_ ".out(Tensor input, Tensor weight, *, Tensor(a!) out) -> ()"},                              \
       {#name_ "_(Tensor(a!) self, Tensor weight) -> ()"},
 // Which gradients to compute is an argument, so an unneeded one costs nothing. A reduction's
 // backward is its term's, with the grad broadcast back over the reduced dims.
@@ -42,11 +43,8 @@ struct Operator {
 #define CUSTOM_OPS_REDUCTION_SCHEMA(name_, Term_) \
   {#name_ "(Tensor input, Tensor weight, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"},
 
-constexpr Operator kOperators[] = {
-    CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_ELEMENTWISE_SCHEMAS)
-    CUSTOM_OPS_TERMS(CUSTOM_OPS_BACKWARD_SCHEMA)
-    CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_REDUCTION_SCHEMA)
-};
+constexpr Operator kOperators[] = {CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_ELEMENTWISE_SCHEMAS) CUSTOM_OPS_TERMS(
+    CUSTOM_OPS_BACKWARD_SCHEMA) CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_REDUCTION_SCHEMA)};
 #undef CUSTOM_OPS_ELEMENTWISE_SCHEMAS
 #undef CUSTOM_OPS_BACKWARD_SCHEMA
 #undef CUSTOM_OPS_REDUCTION_SCHEMA

@@ -50,7 +50,11 @@ def has_identifier(path: pathlib.Path) -> bool:
 def add_identifier(path: pathlib.Path) -> None:
     lines = path.read_text().splitlines(keepends=True)
     at = 0
-    while at < len(lines) and at < 2 and (lines[at].startswith("#!") or "coding" in lines[at][:30] and lines[at][0] == "#"):
+    while (
+        at < len(lines)
+        and at < 2
+        and (lines[at].startswith("#!") or ("coding" in lines[at][:30] and lines[at][0] == "#"))
+    ):
         at += 1
     lines.insert(at, comment_of(path))
     path.write_text("".join(lines))
@@ -68,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             add_identifier(path)
         print(path.relative_to(root).as_posix())
     if lacking and not args.fix:
-        print(f"check_spdx: {len(lacking)} source files lack '{IDENTIFIER}' (fix: python scripts/check_spdx.py --fix)",
-              file=sys.stderr)
+        print(
+            f"check_spdx: {len(lacking)} source files lack '{IDENTIFIER}' (fix: python scripts/check_spdx.py --fix)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

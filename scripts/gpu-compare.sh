@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # A change's speed, before and after, in one device session: builds the library of BEFORE (a
 # source tree, e.g. `git archive <commit>` unpacked) and of this checkout, each with its own
 # benchmarks, then runs every benchmark of both in turn (before, after, before, ... so drift hits

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Adds an operator: its term (the math, written once) and its rows in the two operator tables.
 
     scripts/new_op.py NAME --kind {elementwise,reduction} --value EXPR --dx EXPR --dw EXPR \\

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Per-call C++ time of custom::weighted_sum(_out) against at::add(_out) and at::mul(w, x * x) at
 // small sizes, where the dispatcher and the launch cost more than memory traffic; CPU, and the GPU
 // where there is one. Batches end with a synchronize inside the timed region (wall time).

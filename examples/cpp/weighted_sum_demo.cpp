@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // weighted_sum_demo: every C++ way of calling the `custom` operators, with no Python in the process.
 //
 //   weighted_sum_demo [--device cpu|cuda|all] [--quiet] [MODEL.pt] [MODEL.pt2]

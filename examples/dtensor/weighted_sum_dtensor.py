@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """custom::weighted_sum on DTensors, across ranks: forward, backward, and what they communicate.
 
     torchrun --nproc-per-node 2 examples/dtensor/weighted_sum_dtensor.py             # CPU (gloo), or GPUs

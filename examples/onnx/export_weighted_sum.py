@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Export a model that uses custom::weighted_sum to ONNX and run it with onnxruntime.
 
     pip install onnx onnxscript onnxruntime

@@ -31,8 +31,8 @@ logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 import torch  # noqa: E402 (after the filter)
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import export_models
-from load_library import cuda_usable, load_custom_ops
+import export_models  # noqa: E402 (beside this file)
+from load_library import cuda_usable, load_custom_ops  # noqa: E402
 
 
 def check(what: str, actual: torch.Tensor, expected: torch.Tensor) -> bool:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Writes the model files that the C++ app (examples/cpp, weighted_sum_demo) and the tests run.
 
     python examples/python/export_models.py --out-dir out/models [--device cpu|cuda] [--library PATH]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Finds and loads libcustom_ops.so for the example scripts.
 
 The first of these that exists wins:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // CPU loop of the per-channel backward (ops/backward_per_channel_plan.h), for every term: grad and
 // input a contiguous [outer, channels, inner] block, the weight [channels]. One pass writes
 // grad_input = dx(x, w) g and sums grad_weight's terms dw(x, w) g into partial sums; a second,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The CPU per-channel backward loop of one instruction set (CPU_CAPABILITY), for its loops table;
 // defined for every term of CUSTOM_OPS_TERMS.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Which instruction set's CPU loops run. Each kernels/cpu/*_kernel.cpp is compiled once per set
 // (cmake/CustomOpsCpuKernels.cmake: elementwise loops for DEFAULT and AVX2, reductions for AVX512
 // too) into namespace custom::cpu::<set>, where it defines its engine's loop table for every term

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Registers the CPU kernels with the loops of the instruction set ATen's own elementwise kernels
 // run with (cpu_loops.h), for every term.
 #include "kernels/cpu/cpu_loops.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // CPU loops of the elementwise engine, for every term: its value and its backward. The frontend
 // has already checked the arguments and built a TensorIterator (broadcasting, strides,
 // promotion); these loops only do the arithmetic, through the term, with at::vec::Vectorized SIMD

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Registers the CPU kernels of the reductions with the loops of the instruction set ATen's own
 // kernels run with (cpu_loops.h: AVX512's where torch.sum runs them), for every term.
 #include "kernels/cpu/cpu_loops.h"

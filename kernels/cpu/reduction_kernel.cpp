@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // CPU loops of the reductions: out[o, i] = sum over r of Term::value(x[o, r, i], w[o, r, i]), on
 // the [outer, reduce, inner] views the frontend built (ops/reduction_frontend.h), or with `total`
 // the sum of them all, for every term. `out` is of the accumulation dtype or the operands': the

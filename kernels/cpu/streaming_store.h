@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Non-temporal ("streaming") stores of at::vec::Vectorized values, for outputs too large to stay
 // in cache. A normal store first reads the cache line it writes (read-for-ownership), so an
 // elementwise op with two inputs moves four streams through memory; a streaming store writes the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 #include "kernels/cpu/streaming_threshold.h"
 
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // When the CPU loops switch to streaming stores (kernels/cpu/streaming_store.h).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Whether a GPU can run kernels built for a TORCH_CUDA_ARCH_LIST, without a GPU or the CUDA
 // runtime, so tests/cpp/cuda_build_test.cpp checks the rule on the CPU.
 #pragma once

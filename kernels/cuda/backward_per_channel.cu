@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // CUDA loop of the per-channel backward (ops/backward_per_channel_plan.h), for every term: grad
 // and input a contiguous [outer, channels, inner] block, the weight [channels]. One pass writes
 // grad_input = dx(x, w) g with 16-byte loads and stores (element by element where rows or
@@ -293,7 +294,7 @@ __global__ void __launch_bounds__(kThreads) sum_channels_per_block_kernel(
 // loads in flight before the first add, then a fixed tree over the slices. Every channel's order
 // depends on `groups` only.
 template <typename scalar_t, typename acc_t>
-__global__ void __launch_bounds__(kSumLanes * kSumSlices) sum_channels_wide_kernel(
+__global__ void __launch_bounds__(kSumLanes* kSumSlices) sum_channels_wide_kernel(
     const acc_t* partials, int64_t groups, int64_t channels, scalar_t* grad_weight) {
   __shared__ double shared[kSumSlices][kSumLanes + 1];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumLanes + threadIdx.x;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The CUDA per-channel backward loop (backward_per_channel.cu), for the loops table; defined for
 // every term of CUSTOM_OPS_TERMS. The block geometry of its first pass and its second stage's
 // shape are host-only and header-only here, so that the CPU tests check them without a GPU.

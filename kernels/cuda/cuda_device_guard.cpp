@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The first kernel call on each device checks that the library was built for it: a GPU left out of
 // TORCH_CUDA_ARCH_LIST would otherwise fail with CUDA's "no kernel image is available".
 #include "kernels/cuda/cuda_device_guard.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The device guard of every CUDA kernel registration (kernel_registration.h): kernels run on the
 // device of their tensors, not whichever device is current, and the first call on a device warns
 // if the library has no kernels for it.

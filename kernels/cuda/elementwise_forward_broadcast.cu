@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // out[r, c] = value(x, w) where out and one input are contiguous [R, C] and the other input is a
 // row [C] repeated down the rows or a column [R, 1] repeated along them. gpu_kernel sees a
 // stride-0 operand and takes its strided, one-element-per-load loop; here every load and store
@@ -106,7 +107,7 @@ void launch_forward_broadcast(at::TensorIteratorBase& iter, const BroadcastPlan&
 }
 
 #define CUSTOM_OPS_INSTANTIATE(Term_, backward_) \
-  template void launch_forward_broadcast<terms::Term_>(at::TensorIteratorBase& iter, const BroadcastPlan& plan);
+  template void launch_forward_broadcast<terms::Term_>(at::TensorIteratorBase & iter, const BroadcastPlan& plan);
 CUSTOM_OPS_TERMS(CUSTOM_OPS_INSTANTIATE)
 #undef CUSTOM_OPS_INSTANTIATE
 

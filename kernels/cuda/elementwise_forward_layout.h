@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Which CUDA forward kernel suits an iterator. ATen's gpu_kernel vectorizes only when every
 // operand is contiguous; two common layouts fall to its strided loop, far below the bandwidth
 // limit (docs/benchmarks.md), and get kernels of their own:

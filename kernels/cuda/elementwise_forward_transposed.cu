@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // out[r, c] = value(x, w) where out is row-major and an input is column-major (x.t(), or a weight
 // of shape [R, 1]). Walking out's rows, gpu_kernel reads such an input one element per 32-byte
 // sector. Here a block takes a T x T tile: it reads the column-major inputs down their columns
@@ -233,7 +234,7 @@ void launch_forward_transposed(at::TensorIteratorBase& iter, const TransposedPla
 }
 
 #define CUSTOM_OPS_INSTANTIATE(Term_, backward_) \
-  template void launch_forward_transposed<terms::Term_>(at::TensorIteratorBase& iter, const TransposedPlan& plan);
+  template void launch_forward_transposed<terms::Term_>(at::TensorIteratorBase & iter, const TransposedPlan& plan);
 CUSTOM_OPS_TERMS(CUSTOM_OPS_INSTANTIATE)
 #undef CUSTOM_OPS_INSTANTIATE
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // CUDA loops of the elementwise engine, for every term: its value and its backward. The frontend
 // has checked the arguments and built the TensorIterator; these loops only do the arithmetic,
 // through the term. ATen's gpu_kernel supplies what a hand-written launch would have to get right:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The CUDA loops of the reductions: out[o, i] = sum over r of Term::value(x, w) on the frontend's
 // [outer, reduce, inner] views, or with `total` the one sum of them all, for every reduction's
 // term. The frontend has checked the arguments and chosen the views; this file only reduces. One

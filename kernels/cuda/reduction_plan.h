@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // How the CUDA reduction (reduction_kernel.cu) splits an [outer, reduce, inner] problem over the
 // GPU, for every term alike. Host-only and header-only, so that CPU tests check the choice without
 // a GPU. Two kernels:

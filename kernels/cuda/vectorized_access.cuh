@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The 16-byte loads and stores of the CUDA kernels, for both engines (elementwise and reduction).
 // The size and the alignment test are host code too: the host-only plans that choose between a
 // vectorized kernel and an element-by-element one (elementwise_forward_layout.h, reduction_plan.h)

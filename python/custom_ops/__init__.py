@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """custom_ops: the `custom` PyTorch operators, packaged.
 
 Importing this package loads the bundled libcustom_ops.so into the process (torch.ops.load_library),
@@ -262,7 +263,9 @@ def _name(function, name: str, doc: str):
 def _elementwise_wrappers(name: str, term: _operators.Term) -> list:
     functional_op, inplace_op = getattr(torch.ops.custom, name), getattr(torch.ops.custom, f"{name}_")
 
-    def functional(input: torch.Tensor, weight: torch.Tensor | float, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    def functional(
+        input: torch.Tensor, weight: torch.Tensor | float, *, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if out is None:
             return functional_op(input, weight)
         if not isinstance(weight, torch.Tensor):
@@ -284,7 +287,9 @@ def _elementwise_wrappers(name: str, term: _operators.Term) -> list:
 
     formula = _formula(term)
     example = _example(
-        term.value, "torch.tensor([1.0, 2.0, 3.0])", "torch.tensor(2.0)",
+        term.value,
+        "torch.tensor([1.0, 2.0, 3.0])",
+        "torch.tensor(2.0)",
         f"custom_ops.{name}(torch.tensor([1.0, 2.0, 3.0]), torch.tensor(2.0))",
     )
     return [
@@ -310,8 +315,11 @@ def _reduction_wrapper(name: str, term: _operators.Term):
 
     doc = _REDUCTION_DOC.format(name=name, formula=_formula(term), backward=term.backward)
     example = _example(
-        lambda x, w: term.value(x, w).sum(1), "torch.tensor([[1.0, 2.0], [3.0, 4.0]])", "torch.tensor([1.0, 0.5])",
-        f"x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])\n        >>> custom_ops.{name}(x, torch.tensor([1.0, 0.5]), dim=1)",
+        lambda x, w: term.value(x, w).sum(1),
+        "torch.tensor([[1.0, 2.0], [3.0, 4.0]])",
+        "torch.tensor([1.0, 0.5])",
+        "x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])\n"
+        f"        >>> custom_ops.{name}(x, torch.tensor([1.0, 0.5]), dim=1)",
     )
     return _name(reduction, name, doc + example)
 

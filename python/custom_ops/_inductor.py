@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Lets torch.compile (Inductor) fuse the `custom` operators with the ops around them.
 
 Inductor runs a custom op as an opaque call, so `relu(weighted_sum(a + b, w)) * 3` compiles to
@@ -24,7 +25,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The operator table, Python side: each operator's term (its math) and one row per operator.
 
 The twin of ops/include/custom_ops/operators.h and terms/*.h. Everything else in the package is
@@ -49,7 +50,8 @@ in sys.modules).
 """
 
 import dataclasses
-from typing import Any, Callable, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["ELEMENTWISE", "KINDS", "OPERATORS", "REDUCTION", "TERMS", "Operator", "Term", "expression"]
 
@@ -87,7 +89,7 @@ class Operator:
     name: str
     kind: str
     term: Term
-    domain: Optional[Tuple[float, float]] = None
+    domain: tuple[float, float] | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -130,7 +132,7 @@ OPERATORS = (
 TERMS = tuple(dict.fromkeys(operator.term for operator in OPERATORS))
 
 
-def expression(formula: Formula) -> Optional[str]:
+def expression(formula: Formula) -> str | None:
     """The EXPR of a term's ``lambda x, w: EXPR`` as written in this file (for docstrings and the
     generator's checks); None where the source cannot be read (a build without .py files)."""
     import inspect

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Runs a function once a module has been imported, without importing that module ourselves.
 
 ``import custom_ops`` uses it to add its entries to Inductor's decomposition table
@@ -16,7 +17,7 @@ import importlib.abc
 import importlib.util
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 _lock = threading.RLock()
 _watches: dict[str, list[Callable[[], None]]] = {}

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """ONNX export of the `custom` operators, in standard ONNX ops (Cast, Mul, ReduceSum).
 
 Opt-in, with the ``onnx`` extra (``pip install 'custom-ops[onnx]'``: onnx, onnxscript and, to run

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """DTensor sharding rules for the `custom` operators.
 
 Opt-in: ``import custom_ops.sharding`` registers them (and imports DTensor, about two seconds;

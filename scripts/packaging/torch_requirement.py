@@ -10,7 +10,8 @@
 As a scikit-build-core metadata provider (pyproject.toml) it gives the wheel's dependencies
 (``torch==X.Y.Z``, the exact release it was built against, as torchvision pins it: the library is
 tied to that release's C++ ABI, and ``import custom_ops`` checks the same rule, `torch_pin`) and its
-version, whose local label names the torch and CUDA it was built for (``0.2.0+torch2.15.cu132``). As a command, it answers
+version, whose local label names the torch and CUDA
+it was built for (``0.2.0+torch2.15.cu132``). As a command, it answers
 scripts/setup-env.sh and .ci/run::
 
     python torch_requirement.py range            torch>=2.11,<2.16
@@ -112,7 +113,9 @@ def torch_to_build_against() -> dict | None:
     interpreter without those variables sees the user's torch."""
     isolated = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
     for environment in (None, isolated):
-        found = subprocess.run([sys.executable, "-W", "ignore", "-c", _FACTS], capture_output=True, text=True, env=environment)
+        found = subprocess.run(
+            [sys.executable, "-W", "ignore", "-c", _FACTS], capture_output=True, text=True, env=environment
+        )
         if found.returncode == 0:
             return {**json.loads(found.stdout), "outside_build_environment": environment is not None}
     return None

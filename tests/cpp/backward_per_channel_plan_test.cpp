@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The per-channel backward: which call gets which path (ops/weighted_sum_backward_plan.h, host
 // code, checked without a GPU), the CUDA first pass's block geometry (kernels/cuda/
 // backward_per_channel.h, host code too), and the CPU loop's values for every layout, dtype and output mask

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // A build with CUDA kernels (CUSTOM_OPS_WITH_CUDA) must have registered one for every operator
 // overload: a test fails here, where the CUDA tests would only skip.
 #include <gtest/gtest.h>

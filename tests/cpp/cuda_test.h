@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // What every operator's CUDA tests share: whether the library registered an operator's CUDA
 // kernel, and a fixture that skips with the reason where no GPU is visible or the library was
 // built without CUDA kernels (cuda_build_test.cpp fails instead where the build should have them).

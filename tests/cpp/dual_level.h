@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // DualLevel: a forward-AD level for one test, as Python's `with forward_ad.dual_level()`, for
 // tests that check tangents from C++ alone.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Which CUDA forward kernel each layout gets (kernels/cuda/weighted_sum_forward_layout.h). The
 // choice is host code, so it is checked here on CPU iterators, without a GPU; the CUDA tests and
 // tests/python/test_layout_kernels.py check the values each kernel computes on these layouts.

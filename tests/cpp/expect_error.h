@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // EXPECT_C10_ERROR(statement, "part", ...): the statement throws c10::Error (which is a
 // std::exception) and its message, without the C++ backtrace, contains every part.
 #pragma once

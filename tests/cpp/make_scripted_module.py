@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Writes the TorchScript modules that torchscript_load_test.cpp loads from C++: one per operator
 of the table (python/custom_ops/_operators.py), OUTPUT_DIR/NAME.pt.
 
@@ -25,7 +26,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 # Each kind's module, NAME standing for the operator's name. TorchScript compiles a class from
 # its source file, so each is written to a file and imported.
 SOURCES = {
-    "elementwise": '''
+    "elementwise": """
 import torch
 
 
@@ -41,8 +42,8 @@ class Scripted(torch.nn.Module):
 def check(module):
     x = torch.randn(3, 4)
     torch.testing.assert_close(module(x), torch.ops.custom.NAME(x, module.weight), rtol=0, atol=0)
-''',
-    "reduction": '''
+""",
+    "reduction": """
 from typing import Optional
 
 import torch
@@ -63,7 +64,7 @@ def check(module):
     x = torch.randn(3, 4)
     expected = torch.ops.custom.NAME(x, module.weight, [1], False, dtype=torch.float64)
     torch.testing.assert_close(module(x, [1], False, torch.float64), expected, rtol=0, atol=0)
-''',
+""",
 }
 
 

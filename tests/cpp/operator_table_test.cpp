@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Every row of the operator table (custom_ops/operators.h) against its term, through the C++ API:
 // the tests are typed over the rows (ops/operator_rows.h), so a new operator is tested here with
 // no edit. The reference is the term itself, evaluated per element in double (Term::value<double>
@@ -109,7 +110,7 @@ std::vector<std::pair<at::Tensor, at::Tensor>> operand_pairs(at::ScalarType dtyp
 
 std::string describe(const at::Tensor& x, const at::Tensor& w) {
   return "input " + c10::str(x.sizes()) + " strides " + c10::str(x.strides()) + " " + c10::toString(x.scalar_type()) +
-         ", weight " + c10::str(w.sizes()) + " " + c10::toString(w.scalar_type());
+      ", weight " + c10::str(w.sizes()) + " " + c10::toString(w.scalar_type());
 }
 
 // ------------------------------------------------------------------------------------ elementwise
@@ -275,8 +276,8 @@ struct Reduction {
   std::optional<at::ScalarType> dtype = std::nullopt;
 
   std::string str() const {
-    return "dim " + (dim ? c10::str(at::IntArrayRef(*dim)) : std::string("None")) + ", keepdim " + (keepdim ? "true" : "false") +
-           ", dtype " + (dtype ? c10::toString(*dtype) : "None");
+    return "dim " + (dim ? c10::str(at::IntArrayRef(*dim)) : std::string("None")) + ", keepdim " +
+        (keepdim ? "true" : "false") + ", dtype " + (dtype ? c10::toString(*dtype) : "None");
   }
 };
 
@@ -284,7 +285,8 @@ struct Reduction {
 // rounding of the result, plus the accumulation type's pairwise-sum error relative to the sum of
 // the terms' absolute values.
 template <class Row>
-::testing::AssertionResult IsSumOfTerm(const at::Tensor& result, const at::Tensor& x, const at::Tensor& w, const Reduction& r) {
+::testing::AssertionResult IsSumOfTerm(
+    const at::Tensor& result, const at::Tensor& x, const at::Tensor& w, const Reduction& r) {
   const auto promoted_dtype = at::result_type(x, w);
   const auto dtype = r.dtype.value_or(promoted_dtype);
   if (result.scalar_type() != dtype) {
@@ -299,7 +301,7 @@ template <class Row>
   const auto accumulate = promoted_dtype == at::kDouble && dtype == at::kDouble ? at::kDouble : at::kFloat;
   const double growth = 2 * std::ceil(std::log2(static_cast<double>(n) + 1)) + 8;
   const auto bound = 2 * tolerance(dtype).rtol * expected.abs() + growth * tolerance(accumulate).rtol * magnitude +
-                     tolerance(dtype).atol;
+      tolerance(dtype).atol;
   return WithinBound(result, expected, bound, "sum of " + std::to_string(n) + " terms, " + r.str());
 }
 
@@ -357,8 +359,10 @@ TYPED_TEST(ReductionRow, AutogradGradientIsTheTermsPartials) {
   const auto g = random(y.sizes(), at::kDouble);
   const auto grads = torch::autograd::grad({y}, {x, w}, {g});
   const auto shape = at::infer_size(x.sizes(), w.sizes());
-  const auto dx = g.expand(shape) * per_element([](double a, double b) { return Term::template dx<double>(a, b); }, x, w);
-  const auto dw = g.expand(shape) * per_element([](double a, double b) { return Term::template dw<double>(a, b); }, x, w);
+  const auto dx =
+      g.expand(shape) * per_element([](double a, double b) { return Term::template dx<double>(a, b); }, x, w);
+  const auto dw =
+      g.expand(shape) * per_element([](double a, double b) { return Term::template dw<double>(a, b); }, x, w);
   EXPECT_TRUE(AllCloseToSumOf(grads[0], dx, x.sizes(), tolerance(at::kDouble)));
   EXPECT_TRUE(AllCloseToSumOf(grads[1], dw, w.sizes(), tolerance(at::kDouble)));
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // How the CUDA reduction splits its work (kernels/cuda/reduction_plan.h,
 // host code, checked without a GPU): each layout gets its kernel, the chunks cover the reduced dim
 // exactly, no thread adds more than kMaxSerial terms in series, and the order of the additions

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Shared by the C++ tests: the float64 reference of weight * input**2, per-dtype tolerances, a
 // closeness check that reports where it fails, and the tensor layouts every device is tested on.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The rows of the operator table (custom_ops/operators.h) as the C++ tests use them: each row's
 // C++ API by row type, each term's backward by term type, and the rows as ::testing::Types, named
 // for the operator, so a typed test covers every row with no edit.
@@ -20,27 +21,30 @@ namespace custom_ops_test {
 template <class Row>
 struct Api;
 
-#define CUSTOM_OPS_TEST_ELEMENTWISE_API(name_, Term_)                                                        \
-  template <>                                                                                                \
-  struct Api<custom::rows::name_> {                                                                          \
+#define CUSTOM_OPS_TEST_ELEMENTWISE_API(name_, Term_)                                                       \
+  template <>                                                                                               \
+  struct Api<custom::rows::name_> {                                                                         \
     static at::Tensor forward(const at::Tensor& x, const at::Tensor& w) { return custom::name_(x, w); }     \
     static at::Tensor scalar(const at::Tensor& x, const at::Scalar& w) { return custom::name_(x, w); }      \
-    static at::Tensor& out(at::Tensor& out, const at::Tensor& x, const at::Tensor& w) {                      \
-      return custom::name_##_out(out, x, w);                                                                 \
-    }                                                                                                        \
+    static at::Tensor& out(at::Tensor& out, const at::Tensor& x, const at::Tensor& w) {                     \
+      return custom::name_##_out(out, x, w);                                                                \
+    }                                                                                                       \
     static at::Tensor& inplace(at::Tensor& self, const at::Tensor& w) { return custom::name_##_(self, w); } \
   };
 CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_TEST_ELEMENTWISE_API)
 #undef CUSTOM_OPS_TEST_ELEMENTWISE_API
 
-#define CUSTOM_OPS_TEST_REDUCTION_API(name_, Term_)                                                    \
-  template <>                                                                                          \
-  struct Api<custom::rows::name_> {                                                                    \
-    static at::Tensor forward(                                                                         \
-        const at::Tensor& x, const at::Tensor& w, at::OptionalIntArrayRef dim = std::nullopt,         \
-        bool keepdim = false, std::optional<at::ScalarType> dtype = std::nullopt) {                    \
-      return custom::name_(x, w, dim, keepdim, dtype);                                                 \
-    }                                                                                                  \
+#define CUSTOM_OPS_TEST_REDUCTION_API(name_, Term_)           \
+  template <>                                                 \
+  struct Api<custom::rows::name_> {                           \
+    static at::Tensor forward(                                \
+        const at::Tensor& x,                                  \
+        const at::Tensor& w,                                  \
+        at::OptionalIntArrayRef dim = std::nullopt,           \
+        bool keepdim = false,                                 \
+        std::optional<at::ScalarType> dtype = std::nullopt) { \
+      return custom::name_(x, w, dim, keepdim, dtype);        \
+    }                                                         \
   };
 CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_TEST_REDUCTION_API)
 #undef CUSTOM_OPS_TEST_REDUCTION_API
@@ -49,13 +53,13 @@ CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_TEST_REDUCTION_API)
 template <class Term>
 struct BackwardApi;
 
-#define CUSTOM_OPS_TEST_BACKWARD_API(Term_, backward_)                                                      \
-  template <>                                                                                               \
-  struct BackwardApi<custom::terms::Term_> {                                                                \
-    static std::tuple<at::Tensor, at::Tensor> call(                                                         \
+#define CUSTOM_OPS_TEST_BACKWARD_API(Term_, backward_)                                                       \
+  template <>                                                                                                \
+  struct BackwardApi<custom::terms::Term_> {                                                                 \
+    static std::tuple<at::Tensor, at::Tensor> call(                                                          \
         const at::Tensor& grad, const at::Tensor& x, const at::Tensor& w, std::array<bool, 2> output_mask) { \
-      return custom::backward_(grad, x, w, output_mask);                                                    \
-    }                                                                                                       \
+      return custom::backward_(grad, x, w, output_mask);                                                     \
+    }                                                                                                        \
   };
 CUSTOM_OPS_TERMS(CUSTOM_OPS_TEST_BACKWARD_API)
 #undef CUSTOM_OPS_TEST_BACKWARD_API

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // A TorchScript module saved from Python for each operator of the table, calling
 // torch.ops.custom.NAME, loads and runs in a C++ program that only links libcustom_ops (static
 // operator registration, no Python), and gives what the C++ API gives for the same call.
@@ -80,7 +81,8 @@ TYPED_TEST(ScriptedElementwise, ForwardCallsTheOperatorAndMatchesTheApi) {
   torch::NoGradGuard no_grad;
   // A float64 input: promotion through the script gives a float64 result.
   for (const auto& x :
-       {random({3, 4}, at::kFloat), random({2, 5, 4}, at::kFloat), random({4}, at::kFloat), random({3, 4}, at::kDouble)}) {
+       {random({3, 4}, at::kFloat), random({2, 5, 4}, at::kFloat), random({4}, at::kFloat),
+        random({3, 4}, at::kDouble)}) {
     SCOPED_TRACE("input " + c10::str(x.sizes()) + " " + c10::toString(x.scalar_type()));
     const auto y = this->module_.forward({x}).toTensor();
     const auto expected = Api<Row>::forward(x, this->weight_);

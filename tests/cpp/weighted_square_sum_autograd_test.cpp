@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // custom::weighted_square_sum under autograd from C++ alone: backward, double backward,
 // forward-mode AD and forward over reverse, against the same derivatives of the composite
 // (weight * input.square()).sum(dim, keepdim, dtype=dtype), for every dim list and broadcast.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // custom::weighted_square_sum on the GPU: values, rounding, full-reduction totals, gradients and
 // device errors, as on the CPU. Every test skips, saying why, unless a GPU is visible and the
 // library registered its CUDA kernels (cuda_test.h).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // custom::weighted_square_sum's argument checks: each error names the op, the argument and the
 // problem (dims out of range or repeated, non-floating operands or dtype=, shapes that do not
 // broadcast, operands on different devices or undefined).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The C++ tests' reference for custom::weighted_square_sum: its arguments after input and weight
 // as one value, the composite (weight * input.square()).sum(dim, keepdim, dtype=dtype) it stands
 // for, a check of a result against that composite's shape and dtype and a float64 sum, and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // custom::weighted_square_sum on the CPU: values against a float64 reference of
 // (weight * input.square()).sum(dim, keepdim, dtype=dtype) for every dtype, dim list, keepdim,
 // dtype= and broadcast, strided and misaligned operands, empty and 0-dim shapes. The shape, dtype

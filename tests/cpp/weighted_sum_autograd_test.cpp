@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Autograd from C++: gradients of custom::weighted_sum against the analytic ones (2*w*x*g for the
 // input, x^2*g for the weight, each reduced to its argument's shape), second order, the in-place
 // and out= overloads under autograd, and custom::weighted_sum_backward per output_mask.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The CUDA kernels: values, out=, in place, autograd and device errors on the GPU. Every test
 // skips, saying why, unless a GPU is visible and the library registered its CUDA kernels
 // (cuda_test.h; cuda_build_test.cpp fails where a CUDA build lacks them).

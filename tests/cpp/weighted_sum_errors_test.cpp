@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Every bad argument raises c10::Error (a std::exception) whose message names the operator and
 // the argument at fault: dtypes, shapes, layouts, devices, undefined tensors.
 #include <gtest/gtest.h>

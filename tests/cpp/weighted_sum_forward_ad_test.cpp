@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Both modes of differentiation from C++ alone (no Python in the process): backward, double
 // backward and forward-mode AD (dual tensors) of every overload, each against the same
 // derivative of the composite weight * input.square().

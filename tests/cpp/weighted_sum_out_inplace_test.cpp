@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // custom::weighted_sum_out and custom::weighted_sum_ on the CPU: ATen's out= rules (write in
 // place, resize a wrong shape, cast to a castable dtype, refuse the rest) and the in-place
 // overload's values and refusals. Destinations are filled with NaN first, so an element the op

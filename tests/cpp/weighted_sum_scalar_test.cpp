@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // custom::weighted_sum(input, Scalar): the C++ overload for a number as weight.
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // custom::weighted_sum on the CPU: values against the float64 reference for every dtype, dtype
 // pair, broadcast and memory layout. (ctest runs each TEST as its own process, which costs about
 // half a second of libtorch start-up, so related checks share a TEST.)

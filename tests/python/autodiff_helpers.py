@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Forward-mode AD and functorch set-up shared by the autograd and torch.func tests of both ops.
 
 Not a test module: the test files import it (pytest puts this directory on sys.path).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The Inductor decompositions of python/custom_ops/_inductor.py, as the torch.compile tests use them.
 
 Not a test module: test_inductor_fusion.py imports it (pytest
@@ -21,7 +22,6 @@ from torch._inductor import metrics
 from torch._inductor.utils import run_and_get_code
 
 import operators
-
 
 decompositions = operators.package_module("_inductor")
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Fixtures and hooks for every Python test; loads libcustom_ops.so once, before any test module.
 
 The names tests share (REPO, LIBRARY, HAS_GPU, CUDA_BUILT, DEVICES) live in environment.py. Before

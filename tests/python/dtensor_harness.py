@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What the DTensor tests share: custom_ops.sharding under test, and a run of cases on 2 ranks.
 
 Not a test module: test_dtensor_rules.py and test_dtensor_sharding.py import it (pytest puts this

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What the Python tests run against: the checkout, the library under test, the devices.
 
 Not a test module and not a conftest: test files import these names from here (pytest puts this

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """ONNX export of models that call our operators, through `import custom_ops.onnx`, in a fresh
 interpreter that has the package (the `site` fixture of conftest.py): each model is exported with
 a dynamic batch dimension, checked with onnx.checker, and run in onnxruntime at several batch sizes

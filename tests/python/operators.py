@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The operators that every cross-cutting test (registration, callers, the ATen oracle, Inductor
 fusion, ONNX export, the package) is parametrized over: one row per row of the package's table
 (python/custom_ops/_operators.py, OPERATORS), so a new operator is its term and that row, and

@@ -1,10 +1,12 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """ATen as the test oracle: the operator table, the documented refusals and the verdict of one call.
 
 Not a test module: test_oracle_aten.py draws the calls (pytest puts this directory on sys.path).
 
 Every operator of operators.py's table plugs in by its kind (the entries at "The operator table"):
 its composite (the ATen expression it replaces, from its term), its overloads, and the ATen op whose
-out=/in-place rules (broadcasting, aliasing, resizing, casting) its mutating overloads follow. One call is judged by running ATen and ours on two
+out=/in-place rules (broadcasting, aliasing, resizing, casting) its mutating overloads follow.
+One call is judged by running ATen and ours on two
 identical copies of the same arguments (same buffers, views and aliasing) and asserting ONE of:
 
   computed       both compute; ours has ATen's dtype, shape, device (and strides where the
@@ -30,7 +32,7 @@ import dataclasses
 import math
 import re
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Float64 references, tolerances, input layouts and bad arguments shared by the weighted_sum tests.
 
 Not a test module: the test files import it (pytest puts this directory on sys.path).

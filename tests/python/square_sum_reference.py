@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Float64 references, error bounds and input layouts shared by the weighted_square_sum tests.
 
 Not a test module: the test files import it (pytest puts this directory on sys.path). Every helper

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The benchmark harness (bench/bench_harness.py) and bench_weighted_sum.py on the CPU at toy sizes:
 every variant is checked before it is timed, each gets one JSON row with the ratios its targets
 read, and the one evaluator judges the targets. run_bench serves the other benchmarks' tests."""

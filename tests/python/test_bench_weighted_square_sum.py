@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The weighted_square_sum benchmark (bench/bench_weighted_square_sum.py) on the CPU at toy sizes:
 it checks every variant before timing, writes one JSON row per variant, layout and size with the
 ratios its targets read, names its file by date, device, benchmark and commit, and its targets

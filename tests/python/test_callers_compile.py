@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """torch.compile callers of the `custom` operators: functions, nn.Modules, out= and in-place,
 a training step, no graph breaks, dynamic shapes without recompiling, CUDA graphs.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """torch.export and AOTInductor callers, from Python and from C++.
 
 torch.export.export with dynamic shapes; torch._inductor.aoti_compile_and_package to a .pt2; the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """TorchScript callers: torch.jit.script of functions and nn.Modules calling the `custom` operators,
 autograd through them, and torch.jit.save / torch.jit.load in a fresh process that only loaded the
 library (as a deployment would). TorchScript is deprecated upstream (torch warns on torch.jit.script,
@@ -7,7 +8,6 @@ and every script/save expects exactly that warning."""
 import subprocess
 import sys
 import textwrap
-from typing import Optional
 
 import pytest
 import torch
@@ -44,7 +44,7 @@ def inplace_function(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def square_sum_function(
-    x: torch.Tensor, w: torch.Tensor, dim: Optional[list[int]], keepdim: bool, dtype: Optional[torch.dtype]
+    x: torch.Tensor, w: torch.Tensor, dim: list[int] | None, keepdim: bool, dtype: torch.dtype | None
 ) -> torch.Tensor:
     return torch.ops.custom.weighted_square_sum(x, w, dim, keepdim, dtype=dtype)
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The CPU loops' streaming-store path (outputs larger than the last-level cache bypass it).
 
 Tensors that large would make slow tests, so each test runs in a fresh process with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """custom_ops.sharding in one process: register() and the rules' placement lists.
 
 The rules are plain functions of the arguments' shapes and placements (and of a reduction's dim and
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -250,7 +251,9 @@ def test_backward_linear_in_grad_and_in_weight(sharding, op):
     facts = term_facts(op.term)
     through_weight = [entry for entry in rules if entry[1] == [R, R, Partial("avg"), None]]
     if facts.dx_linear and (facts.dw_free or facts.dw_linear):
-        assert through_weight == [([Partial("avg"), R if facts.dw_free else Partial("avg")], [R, R, Partial("avg"), None])]
+        assert through_weight == [
+            ([Partial("avg"), R if facts.dw_free else Partial("avg")], [R, R, Partial("avg"), None])
+        ]
     else:
         assert through_weight == []
     rules = backward(spec((4, 6), R), spec((4, 6), Partial()), spec((6,), R), [True, True])
@@ -264,9 +267,7 @@ def test_backward_linear_in_grad_and_in_weight(sharding, op):
 
 def square_sum_rule(sharding, op, x_shape, w_shape, *args, x_placement=None, w_placement=None, **kwargs):
     _Shard, R, _Partial = P()
-    return rule_of(sharding, op.name)(
-        spec(x_shape, x_placement or R), spec(w_shape, w_placement or R), *args, **kwargs
-    )
+    return rule_of(sharding, op.name)(spec(x_shape, x_placement or R), spec(w_shape, w_placement or R), *args, **kwargs)
 
 
 @each_reduction_operator

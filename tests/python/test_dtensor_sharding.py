@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The `custom` operators on DTensors: custom_ops.sharding's rules, on 2 ranks, for every operator of
 the table (operators.py), by its kind.
 
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -150,7 +151,9 @@ def elementwise_cases(op_name):
                     masks.insert(0, [False, False])
                 for mask in masks:
                     seed += 1
-                    run = functools.partial(run_backward_case, op.name, shape_name, pg_name, px_name, pw_name, mask, seed)
+                    run = functools.partial(
+                        run_backward_case, op.name, shape_name, pg_name, px_name, pw_name, mask, seed
+                    )
                     yield f"backward op {shape_name} grad={pg_name} input={px_name} weight={pw_name} mask={mask}", run
 
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """torch.compile fuses every operator (operators.py's table) with its neighbours through the
 Inductor decompositions of python/custom_ops/_inductor.py; then, for every operator of a kind,
 what that kind has: an elementwise operator's out= and in place, every layout and dtype against the
@@ -67,7 +68,9 @@ def assert_matches_exact(op, actual, x, w, dim=None, keepdim=False, dtype=None):
     got = actual.detach().double()
     assert torch.isfinite(got).all(), f"non-finite values: {got}"
     bad = (got - expected).abs() > bound
-    assert not bad.any(), f"{int(bad.sum())} values off (dim={dim}, dtype={dtype}): {got[bad][:6]} vs {expected[bad][:6]}"
+    assert not bad.any(), (
+        f"{int(bad.sum())} values off (dim={dim}, dtype={dtype}): {got[bad][:6]} vs {expected[bad][:6]}"
+    )
 
 
 def model(op):

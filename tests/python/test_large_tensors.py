@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """CUDA tensors of more than 2**31 elements (64-bit indexing).
 
 N = 2**31 + 1024 elements: a kernel that indexes with int32 wraps at 2**31 and writes, or reads,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The layouts that have CUDA forward kernels of their own (kernels/cuda/weighted_sum_forward_layout.h): a row
 or column broadcast (16-byte vectors) and transposed operands (shared-memory tiles). Values on
 every dtype against the float64 reference, at sizes that leave partial vectors-per-block and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Loading the library.
 
 twice      torch.ops.load_library of the same file again (also through another of its names,

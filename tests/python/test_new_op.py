@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """scripts/new_op.py, with no build: the expressions it accepts and how it writes them in C++ and
 Python, the rows it adds, its refusals, --dry-run; on copies of the three files it writes. The
 test marked slow compiles the terms it writes (g++ -fsyntax-only, torch's headers). CI's drill

@@ -1,10 +1,12 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """ONNX export through `import custom_ops.onnx` (translation in standard ONNX ops), of every
 operator, checked with onnx.checker and onnxruntime at several batch sizes of a dynamic batch
 dimension, for both exporters (onnx_harness).
 
 Parametrized by the table (operators.py): each kind has its cases, with the operator's name filled
 in, and the graph must hold its term's arithmetic. An elementwise operator is compared bit for
-bit. A reduction's ReduceSum adds in onnxruntime's order, not our kernel's: dtypes and shapes are compared exactly, values up to the two orders'
+bit. A reduction's ReduceSum adds in onnxruntime's order, not our kernel's:
+dtypes and shapes are compared exactly, values up to the two orders'
 rounding (onnx_harness's "sum" check). Its weights are positive, so every term is and a relative
 bound holds: with mixed signs the sum can cancel to near zero.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """ATen as the oracle for every overload of every operator in oracle.OPERATORS (issue 20).
 
 Hypothesis (fixed seed, no example database) draws calls and oracle.judge runs each through ATen

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The ATen oracle under function transforms: torch.func.grad, torch.func.jvp and torch.vmap of
 every overload in oracle.OPERATORS, against the same transform of the composite (issue 20).
 

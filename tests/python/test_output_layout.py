@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The functional op lays its result out as `weight * input.square()` does (TensorIterator's rules):
 channels_last in, channels_last out; a transposed input gives a transposed result; on every device,
 in the Meta kernel, and under torch.compile with dynamic shapes (no recompiles).

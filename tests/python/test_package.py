@@ -378,7 +378,9 @@ def test_a_patch_release_of_torch_is_refused_at_import_as_pip_refuses_it(site):
     message = run_python(MISMATCH.format(fake=f"{major}.{minor}.{patch + 1}"), site).stdout
     assert f"but torch {major}.{minor}.{patch + 1} is installed" in message, message
     # The import's rule, on the table test_environment_setup.py checks the wheel's requirement with.
-    code = f"import json, custom_ops; print(json.dumps([custom_ops._same_torch(b, i) for b, i, _ in {TORCH_RELEASES!r}]))"
+    code = (
+        f"import json, custom_ops; print(json.dumps([custom_ops._same_torch(b, i) for b, i, _ in {TORCH_RELEASES!r}]))"
+    )
     assert report(run_python(code, site)) == [same for _, _, same in TORCH_RELEASES]
 
 

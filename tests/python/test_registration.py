@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Registration of every operator's overloads (operators.py's table): a kernel per dispatch key,
 the schema and tag, torch.library.opcheck and the Meta kernels against the real ones (FakeTensor,
 make_fx, torch.compile); then the checks only some kinds have (out=, in place, the backward op,
@@ -235,7 +236,9 @@ def opcheck_samples():
                 marks = ()
                 if requires_grad == "input" and name not in ("row_weight_dim0", "per_channel_nchw", "dtype_half"):
                     marks = pytest.mark.skip(reason="one gradient alone: a few samples suffice")
-                params.append(pytest.param(op, name, requires_grad, marks=marks, id=f"{op.name}-{name}-{requires_grad}"))
+                params.append(
+                    pytest.param(op, name, requires_grad, marks=marks, id=f"{op.name}-{name}-{requires_grad}")
+                )
     return params
 
 

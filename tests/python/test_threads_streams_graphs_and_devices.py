@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The op under threads, CUDA streams, CUDA graphs and a second GPU.
 
 threads   8 Python threads call every overload at once on different data (the dispatcher

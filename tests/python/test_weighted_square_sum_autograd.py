@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Autograd of custom::weighted_square_sum: gradients, higher orders, forward AD, compiled autograd.
 
 grad_input = sum_to(2 w x g), grad_weight = sum_to(x**2 g), with g the incoming gradient broadcast

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Bad arguments to custom::weighted_square_sum, refused like torch.sum refuses them.
 
 Every rejected call raises the exception torch.sum raises (IndexError for a dim out of range,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """custom::weighted_square_sum under torch.func: grad, vjp, jacrev, jacfwd, hessian, jvp, vmap.
 
 Each transform of the op is compared with the same transform of the composite

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """custom::weighted_square_sum values against the exact (float64) sum of weight * input**2.
 
 Every dtype pair and the dtype= argument, weights broadcast every usual way, strided, transposed,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Autograd of custom::weighted_sum: gradients, higher orders, out= and in-place under autograd."""
 
 import pytest

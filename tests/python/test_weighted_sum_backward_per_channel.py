@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The per-channel backward (ops/weighted_sum_backward_plan.h): a weight broadcast over the rows
 (w [C] against [R, C]), over the columns (w [R, 1]) or per NCHW channel (w [C, 1, 1]) gets
 grad_input and grad_weight from one pass over grad and input, without a full-size temporary.

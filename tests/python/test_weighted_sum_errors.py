@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Bad arguments to every custom::weighted_sum overload.
 
 Every rejected call raises a RuntimeError whose message names the overload and the argument or the

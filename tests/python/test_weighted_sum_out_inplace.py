@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """custom::weighted_sum.out and custom::weighted_sum_: ATen's out= and in-place rules."""
 
 import re

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Hypothesis property tests of the weighted square against a float64 reference.
 
 Hypothesis draws shapes (0 to 4 dimensions, sizes including 0), memory layouts (every dimension

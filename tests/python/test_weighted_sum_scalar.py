@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """custom::weighted_sum.Scalar: a Python number as weight, like aten::mul.Scalar.
 
 Checked against the tensor overload with the number as a 0-dim tensor of the result dtype (the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """custom::weighted_sum under PyTorch's function transforms and forward-mode AD.
 
 Each transform of the op is compared with the same transform of the composite `w * x.square()`.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """custom::weighted_sum values: every dtype pair and layout against a float64 reference; special values
 (NaN, +-Inf, -0.0, extremes, subnormals) exactly as `weight * input.square()` gives them."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Warnings as tests should see them, whichever channel a torch release routes them through.
 
 A C++ `TORCH_WARN` reaches Python as a `warnings` warning, or c10's default handler prints it on

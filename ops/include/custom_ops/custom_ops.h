@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Public C++ API of the `custom` operator library: one set of functions per row of the operator
 // table (custom_ops/operators.h), for weighted_sum, say:
 //
@@ -37,27 +38,24 @@
 
 namespace custom {
 
-#define CUSTOM_OPS_DECLARE_BACKWARD(Term, backward)        \
+#define CUSTOM_OPS_DECLARE_BACKWARD(Term, backward)           \
   CUSTOM_OPS_API std::tuple<at::Tensor, at::Tensor> backward( \
       const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight, std::array<bool, 2> output_mask);
 CUSTOM_OPS_TERMS(CUSTOM_OPS_DECLARE_BACKWARD)
 #undef CUSTOM_OPS_DECLARE_BACKWARD
 
-#define CUSTOM_OPS_DECLARE_ELEMENTWISE(name, Term)                                                       \
-  CUSTOM_OPS_API at::Tensor name(const at::Tensor& input, const at::Tensor& weight);                    \
-  CUSTOM_OPS_API at::Tensor name(const at::Tensor& input, const at::Scalar& weight);                    \
+#define CUSTOM_OPS_DECLARE_ELEMENTWISE(name, Term)                                                           \
+  CUSTOM_OPS_API at::Tensor name(const at::Tensor& input, const at::Tensor& weight);                         \
+  CUSTOM_OPS_API at::Tensor name(const at::Tensor& input, const at::Scalar& weight);                         \
   CUSTOM_OPS_API at::Tensor& name##_out(at::Tensor& out, const at::Tensor& input, const at::Tensor& weight); \
   CUSTOM_OPS_API at::Tensor& name##_(at::Tensor& self, const at::Tensor& weight);
 CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_DECLARE_ELEMENTWISE)
 #undef CUSTOM_OPS_DECLARE_ELEMENTWISE
 
-#define CUSTOM_OPS_DECLARE_REDUCTION(name, Term)         \
-  CUSTOM_OPS_API at::Tensor name(                        \
-      const at::Tensor& input,                           \
-      const at::Tensor& weight,                          \
-      at::OptionalIntArrayRef dim = std::nullopt,        \
-      bool keepdim = false,                              \
-      std::optional<at::ScalarType> dtype = std::nullopt);
+#define CUSTOM_OPS_DECLARE_REDUCTION(name, Term)                                                     \
+  CUSTOM_OPS_API at::Tensor name(                                                                    \
+      const at::Tensor& input, const at::Tensor& weight, at::OptionalIntArrayRef dim = std::nullopt, \
+      bool keepdim = false, std::optional<at::ScalarType> dtype = std::nullopt);
 CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_DECLARE_REDUCTION)
 #undef CUSTOM_OPS_DECLARE_REDUCTION
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Symbol visibility for libcustom_ops.so: the library is built with hidden visibility, so only
 // what is marked CUSTOM_OPS_API is part of its ABI.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The operator table: one row per operator, naming it and its term (custom_ops/term.h). Every
 // other part of an operator is generated from its row: the schema (ops/schema.cpp), the C++ API
 // (custom_ops.h), the kernels of every dispatch key (the elementwise and reduction engines), the

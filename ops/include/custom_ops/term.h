@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // What an operator's term is: the one place its math is written. A term is a struct of six
 // static functions of (x, w), each a template over the type it is evaluated in, which is
 //   - the accumulation type on CPU and CUDA (float for float16/bfloat16/float32, double for

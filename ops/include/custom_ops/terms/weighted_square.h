@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // y = w * x**2: weighted_sum elementwise, weighted_square_sum summed.
 //
 // value keeps the composite's operation order, `w * (x * x)` for `weight * input.square()`: that
