@@ -7,7 +7,8 @@
 # the library cannot share a process, so each run is its own process. Logs and JSON under $OUT.
 #
 #   scripts/gpu-compare.sh BEFORE [BENCH_ARGS...]   (default: float32,bfloat16 from 2^24, no compile)
-# BEFORE_COMMIT and AFTER_COMMIT name the two sides in the JSON (a copied tree has no .git).
+# BEFORE_COMMIT and AFTER_COMMIT name the two sides in the JSON (a copied tree has no .git);
+# BENCHES picks benchmarks (default all three), WEIGHTED_SUM_LAYOUTS bench_weighted_sum's layouts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 before=$(realpath "$1"); shift
@@ -29,11 +30,11 @@ for side in before after; do
   [ -f "$tree/install-compare/lib/libcustom_ops.so" ] || { echo "build of $side failed:"; tail -30 "$OUT/build-$side.log"; exit 1; }
 done
 status=0
-for bench in bench_weighted_sum bench_weighted_square_sum bench_fusion; do
+for bench in ${BENCHES:-bench_weighted_sum bench_weighted_square_sum bench_fusion}; do
   for side in before after; do
     tree=$([ $side = before ] && echo "$before" || echo "$PWD")
     extra=()
-    [ $bench = bench_weighted_sum ] && extra=(--layouts contiguous,broadcast,transposed,per-channel)
+    [ $bench = bench_weighted_sum ] && extra=(--layouts "${WEIGHTED_SUM_LAYOUTS:-contiguous,broadcast,transposed,per-channel}")
     [ $bench = bench_fusion ] && extra=()
     args=("${bench_args[@]}")
     [ $bench = bench_fusion ] && args=(--dtypes float32,bfloat16)
