@@ -57,9 +57,16 @@ class ScriptedModule : public ::testing::Test {
     ASSERT_EQ(weight_.sizes(), (Shape{4}));
   }
 
-  static bool HasCudaKernels() {
+  // Why a CUDA test cannot run here, or nothing when it can.
+  static std::optional<std::string> CudaUnavailable() {
+    if (!torch::cuda::is_available()) {
+      return "no CUDA device is visible (torch::cuda::is_available() is false)";
+    }
     const auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName(Row::name, ""));
-    return op.has_value() && op->hasKernelForDispatchKey(c10::DispatchKey::CUDA);
+    if (!op.has_value() || !op->hasKernelForDispatchKey(c10::DispatchKey::CUDA)) {
+      return "libcustom_ops was built without CUDA kernels";
+    }
+    return std::nullopt;
   }
 
   torch::jit::Module module_;
@@ -103,11 +110,8 @@ TYPED_TEST(ScriptedElementwise, BackwardReachesTheWeightParameter) {
 
 TYPED_TEST(ScriptedElementwise, RunsOnCudaWhenAvailable) {
   using Row = TypeParam;
-  if (!torch::cuda::is_available()) {
-    GTEST_SKIP() << "no CUDA device is visible (torch::cuda::is_available() is false)";
-  }
-  if (!this->HasCudaKernels()) {
-    GTEST_SKIP() << "libcustom_ops was built without CUDA kernels";
+  if (const auto why = this->CudaUnavailable()) {
+    GTEST_SKIP() << *why;
   }
   this->module_.to(at::kCUDA);
   const auto weight = this->module_.attr("weight").toTensor();
@@ -178,11 +182,8 @@ TYPED_TEST(ScriptedReduction, BackwardReachesTheWeightParameter) {
 
 TYPED_TEST(ScriptedReduction, RunsOnCudaWhenAvailable) {
   using Row = TypeParam;
-  if (!torch::cuda::is_available()) {
-    GTEST_SKIP() << "no CUDA device is visible (torch::cuda::is_available() is false)";
-  }
-  if (!this->HasCudaKernels()) {
-    GTEST_SKIP() << "libcustom_ops was built without CUDA kernels";
+  if (const auto why = this->CudaUnavailable()) {
+    GTEST_SKIP() << *why;
   }
   this->module_.to(at::kCUDA);
   const auto weight = this->module_.attr("weight").toTensor();
