@@ -253,9 +253,13 @@ class Sharded:
 
 
 def sharded(op):
+    # A term not linear in the weight fits no rule with a Partial weight: fewer cases can match.
+    linear = term_facts(op.term).value_linear
     if op.kind == ELEMENTWISE:
-        return Sharded(op.name, functools.partial(elementwise_cases, op.name), min_matching=20)
-    return Sharded(op.name, functools.partial(reduction_cases, op.name), min_matching=80, check=check_square_sum)
+        return Sharded(op.name, functools.partial(elementwise_cases, op.name), min_matching=20 if linear else 10)
+    return Sharded(
+        op.name, functools.partial(reduction_cases, op.name), min_matching=80 if linear else 40, check=check_square_sum
+    )
 
 
 SHARDED = [sharded(op) for op in OPERATORS]
