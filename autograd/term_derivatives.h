@@ -2,8 +2,10 @@
 // Every derivative formula of the library, from the term's partials evaluated on tensors: the
 // backward operator's own backward (second order), and the forward-mode tangents of an operator
 // and of its backward. They use dispatcher ops on primal values, so they are differentiable
-// again: every order, grad of jvp, jvp of grad, hessians. Computed in the promoted dtype of their
-// operands and rounded to each argument's dtype once, at the end (derivative_dtype.h).
+// again: every order, grad of jvp, jvp of grad, hessians. Computed in the op-math type of the
+// promoted dtype of their operands (float32 for float16 and bfloat16, as the kernels compute the
+// term: a term of many operations would lose half precision at each) and rounded to each
+// argument's dtype once, at the end (derivative_dtype.h).
 #pragma once
 
 #include <array>
@@ -11,6 +13,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/OpMathType.h>
 #include <ATen/ScalarOps.h>
 #include <torch/csrc/autograd/function.h>
 
@@ -36,6 +39,12 @@ inline at::Tensor times_defined(const at::Tensor& factor, const at::Tensor& part
   return factor.defined() ? factor * partial : at::Tensor();
 }
 
+// An operand as the kernels read it: converted to the promoted dtype, then widened to its op-math
+// type (exact).
+inline at::Tensor in_math(const at::Tensor& tensor, at::ScalarType dtype) {
+  return in_dtype(in_dtype(tensor, dtype), at::toOpMathType(dtype));
+}
+
 // A term whose partial is a constant gives a product of one operand's shape only.
 inline at::Tensor expanded_to(const at::Tensor& tensor, c10::SymIntArrayRef shape) {
   return !tensor.defined() || tensor.sym_sizes().equals(shape) ? tensor : tensor.expand_symint(shape);
@@ -50,16 +59,16 @@ at::Tensor term_tangent(
     const at::Tensor& input_t,
     const at::Tensor& weight_t,
     at::ScalarType dtype) {
-  const auto x = in_dtype(input, dtype);
-  const auto w = in_dtype(weight, dtype);
+  const auto x = in_math(input, dtype);
+  const auto w = in_math(weight, dtype);
   at::Tensor tangent;
   if (input_t.defined()) {
-    tangent = Term::dx(x, w) * in_dtype(input_t, dtype);
+    tangent = Term::dx(x, w) * in_math(input_t, dtype);
   }
   if (weight_t.defined()) {
-    tangent = add_defined(tangent, Term::dw(x, w) * in_dtype(weight_t, dtype));
+    tangent = add_defined(tangent, Term::dw(x, w) * in_math(weight_t, dtype));
   }
-  return expanded_to(tangent, at::infer_size_symdimvector(input.sym_sizes(), weight.sym_sizes()));
+  return in_dtype(expanded_to(tangent, at::infer_size_symdimvector(input.sym_sizes(), weight.sym_sizes())), dtype);
 }
 
 // The backward operator (grad_input, grad_weight) = (sum_to(g dx), sum_to(g dw)) differentiated
@@ -73,11 +82,11 @@ torch::autograd::variable_list term_backward_gradients(
     const at::Tensor& input,
     const at::Tensor& weight) {
   const auto dtype = detail::result_dtype({grad, input, weight});
-  const auto g = in_dtype(grad, dtype);
-  const auto x = in_dtype(input, dtype);
-  const auto w = in_dtype(weight, dtype);
-  const auto gg_input = in_dtype(grads[0], dtype);
-  const auto gg_weight = in_dtype(grads[1], dtype);
+  const auto g = in_math(grad, dtype);
+  const auto x = in_math(input, dtype);
+  const auto w = in_math(weight, dtype);
+  const auto gg_input = in_math(grads[0], dtype);
+  const auto gg_weight = in_math(grads[1], dtype);
   at::Tensor d_grad;
   at::Tensor d_input;
   at::Tensor d_weight;
@@ -108,12 +117,12 @@ std::tuple<at::Tensor, at::Tensor> term_backward_tangents(
     const at::Tensor& weight_t,
     std::array<bool, 2> output_mask) {
   const auto dtype = detail::result_dtype({grad, input, weight});
-  const auto g = in_dtype(grad, dtype);
-  const auto x = in_dtype(input, dtype);
-  const auto w = in_dtype(weight, dtype);
-  const auto g_t = in_dtype(grad_t, dtype);
-  const auto x_t = in_dtype(input_t, dtype);
-  const auto w_t = in_dtype(weight_t, dtype);
+  const auto g = in_math(grad, dtype);
+  const auto x = in_math(input, dtype);
+  const auto w = in_math(weight, dtype);
+  const auto g_t = in_math(grad_t, dtype);
+  const auto x_t = in_math(input_t, dtype);
+  const auto w_t = in_math(weight_t, dtype);
   at::Tensor grad_input_t;
   at::Tensor grad_weight_t;
   if (output_mask[0]) {
