@@ -805,10 +805,21 @@ def _value_dtype(op, overload, operands):
     return op.composite(**_operands(op, overload, operands)).dtype
 
 
-def _check_close(actual, reference, magnitude, rounding, terms, what):
+def transform_slack(term):
+    """TRANSFORM_SLACK plus the operations of the term's longest partial, each of which may round
+    once on the way (two for w x^2's, a dozen for a rational term's second derivatives)."""
+    texts = [operators.table.expression(f) or "" for f in (term.dx, term.dw, term.dxx, term.dxw, term.dww)]
+    return TRANSFORM_SLACK + max(sum(text.count(c) for c in "+-*/") for text in texts)
+
+
+def _check_close(actual, reference, magnitude, rounding, terms, what, slack=TRANSFORM_SLACK):
     u, a = rounding
-    bound = (TRANSFORM_SLACK + terms) * (u * magnitude + a)
-    values = f"values further than {TRANSFORM_SLACK} + {terms} roundings from the float64 composite's"
+    # `magnitude` is the composite at the operands' absolute values: a bound of the intermediate
+    # values for a term like w x^2, but of either sign, or smaller than the result, for a term that
+    # subtracts or divides; the larger of the two sizes is the scale of the rounding errors.
+    magnitude = torch.maximum(magnitude.abs(), reference.abs())
+    bound = (slack + terms) * (u * magnitude + a)
+    values = f"values further than {slack} + {terms} roundings from the float64 composite's"
     _assert_within(actual, reference, bound, True, what, values, "float64")
 
 
