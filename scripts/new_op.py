@@ -283,7 +283,7 @@ struct {term} {{
 """
 FUNCTION = """
   template <typename T>
-  C10_HOST_DEVICE static T {formula}({x}T x, {w}T w) {{
+  C10_HOST_DEVICE static T {formula}({x}const T& x, {w}const T& w) {{
     return {body};
   }}"""
 PY_TERM = """\

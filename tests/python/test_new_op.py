@@ -217,7 +217,7 @@ def test_an_operator_is_a_term_header_and_rows(checkout, kind, formulas, extra, 
     unused = [(f, v) for f, t in formulas.items() for v in "xw" if not new_op.uses(new_op.parse(f, t), v)]
     assert text.count("[[maybe_unused]]") == len(unused)
     for formula, variable in unused:
-        assert re.search(rf"static T {formula}\(.*\[\[maybe_unused\]\] T {variable}\b", text)
+        assert re.search(rf"static T {formula}\(.*\[\[maybe_unused\]\] const T& {variable}\b", text)
 
     lists = {"elementwise": "CUSTOM_OPS_ELEMENTWISE_OPERATORS", "reduction": "CUSTOM_OPS_REDUCTION_OPERATORS"}
     assert added_lines(before[OPERATORS_H], after[OPERATORS_H]) == [
@@ -377,7 +377,7 @@ def test_the_generated_terms_compile(checkout):
     assert run(checkout, "cube", "elementwise", CUBE) == 0
     assert run(checkout, "ratio_sum", "reduction", RATIO, "--term", "Ratio") == 0
     instantiations = "".join(
-        f"template {t} custom::terms::{term}::{formula}<{t}>({t}, {t});\n"
+        f"template {t} custom::terms::{term}::{formula}<{t}>(const {t}&, const {t}&);\n"
         for term in ("Cube", "Ratio")
         for t in ("float", "double", "at::vec::Vectorized<float>", "at::vec::Vectorized<double>")
         for formula in new_op.FORMULAS

@@ -13,32 +13,32 @@ struct WeightedSquare {
   static constexpr bool dw_reads_weight = false;
 
   template <typename T>
-  C10_HOST_DEVICE static T value(T x, T w) {
+  C10_HOST_DEVICE static T value(const T& x, const T& w) {
     return w * (x * x);
   }
   // Optional: value(x, w) == w * input_factor(x), which lets a reduction weight a column's sum once.
   template <typename T>
-  C10_HOST_DEVICE static T input_factor(T x) {
+  C10_HOST_DEVICE static T input_factor(const T& x) {
     return x * x;
   }
   template <typename T>
-  C10_HOST_DEVICE static T dx(T x, T w) {
+  C10_HOST_DEVICE static T dx(const T& x, const T& w) {
     return (x + x) * w;
   }
   template <typename T>
-  C10_HOST_DEVICE static T dw(T x, [[maybe_unused]] T w) {
+  C10_HOST_DEVICE static T dw(const T& x, [[maybe_unused]] const T& w) {
     return x * x;
   }
   template <typename T>
-  C10_HOST_DEVICE static T dxx([[maybe_unused]] T x, T w) {
+  C10_HOST_DEVICE static T dxx([[maybe_unused]] const T& x, const T& w) {
     return w + w;
   }
   template <typename T>
-  C10_HOST_DEVICE static T dxw(T x, [[maybe_unused]] T w) {
+  C10_HOST_DEVICE static T dxw(const T& x, [[maybe_unused]] const T& w) {
     return x + x;
   }
   template <typename T>
-  C10_HOST_DEVICE static T dww([[maybe_unused]] T x, [[maybe_unused]] T w) {
+  C10_HOST_DEVICE static T dww([[maybe_unused]] const T& x, [[maybe_unused]] const T& w) {
     return number<T>(0);
   }
 };
