@@ -9,7 +9,9 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <tuple>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
@@ -38,6 +40,26 @@ namespace custom::autograd {
 inline at::Tensor times_defined(const at::Tensor& factor, const at::Tensor& partial) {
   return factor.defined() ? factor * partial : at::Tensor();
 }
+
+// The same with a partial computed only where its factor is defined, and at most once.
+class LazyPartial {
+ public:
+  template <class Compute>
+  explicit LazyPartial(Compute compute) : compute_(std::move(compute)) {}
+  at::Tensor times(const at::Tensor& factor) {
+    if (!factor.defined()) {
+      return {};
+    }
+    if (!value_.defined()) {
+      value_ = compute_();
+    }
+    return factor * value_;
+  }
+
+ private:
+  std::function<at::Tensor()> compute_;
+  at::Tensor value_;
+};
 
 // An operand as the kernels read it: converted to the promoted dtype, then widened to its op-math
 // type (exact).
@@ -90,14 +112,19 @@ torch::autograd::variable_list term_backward_gradients(
   at::Tensor d_grad;
   at::Tensor d_input;
   at::Tensor d_weight;
+  LazyPartial dxw([&] { return Term::dxw(x, w); });
   if (needed[0]) {
-    d_grad = add_defined(times_defined(gg_input, Term::dx(x, w)), times_defined(gg_weight, Term::dw(x, w)));
+    d_grad = add_defined(LazyPartial([&] { return Term::dx(x, w); }).times(gg_input), LazyPartial([&] {
+                                                                                        return Term::dw(x, w);
+                                                                                      }).times(gg_weight));
   }
-  if (needed[1] || needed[2]) {
-    const auto by_x = add_defined(times_defined(gg_input, Term::dxx(x, w)), times_defined(gg_weight, Term::dxw(x, w)));
-    const auto by_w = add_defined(times_defined(gg_input, Term::dxw(x, w)), times_defined(gg_weight, Term::dww(x, w)));
-    if (needed[1]) d_input = times_defined(by_x, g);
-    if (needed[2]) d_weight = times_defined(by_w, g);
+  if (needed[1]) {
+    const auto by_x = add_defined(LazyPartial([&] { return Term::dxx(x, w); }).times(gg_input), dxw.times(gg_weight));
+    d_input = times_defined(by_x, g);
+  }
+  if (needed[2]) {
+    const auto by_w = add_defined(dxw.times(gg_input), LazyPartial([&] { return Term::dww(x, w); }).times(gg_weight));
+    d_weight = times_defined(by_w, g);
   }
   return {
       reduced_to(expanded_to(d_grad, grad.sym_sizes()), grad), reduced_to(d_input, input),
@@ -125,13 +152,14 @@ std::tuple<at::Tensor, at::Tensor> term_backward_tangents(
   const auto w_t = in_math(weight_t, dtype);
   at::Tensor grad_input_t;
   at::Tensor grad_weight_t;
+  LazyPartial dxw([&] { return Term::dxw(x, w); });
   if (output_mask[0]) {
-    const auto by_inputs = add_defined(times_defined(x_t, Term::dxx(x, w)), times_defined(w_t, Term::dxw(x, w)));
-    grad_input_t = add_defined(times_defined(g_t, Term::dx(x, w)), times_defined(by_inputs, g));
+    const auto by_inputs = add_defined(LazyPartial([&] { return Term::dxx(x, w); }).times(x_t), dxw.times(w_t));
+    grad_input_t = add_defined(LazyPartial([&] { return Term::dx(x, w); }).times(g_t), times_defined(by_inputs, g));
   }
   if (output_mask[1]) {
-    const auto by_inputs = add_defined(times_defined(x_t, Term::dxw(x, w)), times_defined(w_t, Term::dww(x, w)));
-    grad_weight_t = add_defined(times_defined(g_t, Term::dw(x, w)), times_defined(by_inputs, g));
+    const auto by_inputs = add_defined(dxw.times(x_t), LazyPartial([&] { return Term::dww(x, w); }).times(w_t));
+    grad_weight_t = add_defined(LazyPartial([&] { return Term::dw(x, w); }).times(g_t), times_defined(by_inputs, g));
   }
   return {reduced_to(grad_input_t, input), reduced_to(grad_weight_t, weight)};
 }
