@@ -7,10 +7,8 @@
 // records its own graph (functorch reuses exactly these kernels, level by level), and every
 // caller (Python, C++, TorchScript, torch.compile) differentiates the op the same way.
 #include <array>
-#include <mutex>
-#include <optional>
-#include <string>
-#include <vector>
+#include <cstddef>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
@@ -18,13 +16,11 @@
 #include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
-#include <torch/csrc/autograd/saved_variable.h>
-#include <torch/csrc/dynamo/compiled_autograd.h>
 #include <torch/library.h>
 
-#include "compiled_autograd_call.h"
 #include "derivative_dtype.h"
 #include "dual_tensors.h"
+#include "formula_node.h"
 #include "node_pointer.h"
 #include "ops/handles.h"
 #include "ops/operator_rows.h"
@@ -32,172 +28,28 @@
 
 namespace custom::autograd {
 
-// The graph nodes, written like the nodes ATen generates for its own ops
-// (torch/csrc/autograd/generated/Functions.h): saved inputs as SavedVariables, a backward that
-// calls dispatcher ops which are differentiable themselves (so every order of derivative works,
-// under torch.func transforms too), and compiled-autograd support.
-using torch::autograd::SavedVariable;
 using torch::autograd::variable_list;
-using torch::dynamo::autograd::CompiledNodeArgs;
-using torch::dynamo::autograd::SwapSavedVariables;
-
-// Backward of y = value(input, weight), and of the in-place form (then input_ is a copy of self
-// taken before the write). Next edges: input, weight. Named after the operator
-// ("WeightedSumBackward0"), as ATen names its nodes.
-template <class Row>
-struct ElementwiseBackward0 : torch::autograd::TraceableFunction {
-  variable_list apply(variable_list&& grads) override;
-  std::string name() const override { return node_name(Row::schema_name); }
-  void release_variables() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    input_.reset_data();
-    weight_.reset_data();
-  }
-  void compiled_args(CompiledNodeArgs& args) const override;
-  variable_list apply_with_saved(const variable_list& grads, SwapSavedVariables& saved) override;
-
-  SavedVariable input_;
-  SavedVariable weight_;
-};
-
-// Backward of a term's (grad_input, grad_weight) = backward(grad, input, weight, mask), for second
-// and higher order. Inputs: the gradients of grad_input and grad_weight (an output the mask left
-// out has an undefined slot). Next edges: grad, input, weight.
-template <class Term>
-struct TermBackwardBackward0 : torch::autograd::TraceableFunction {
-  variable_list apply(variable_list&& grads) override;
-  std::string name() const override { return node_name(rows::BackwardOf<Term>::schema_name); }
-  void release_variables() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    grad_.reset_data();
-    input_.reset_data();
-    weight_.reset_data();
-  }
-  void compiled_args(CompiledNodeArgs& args) const override;
-  variable_list apply_with_saved(const variable_list& grads, SwapSavedVariables& saved) override;
-
-  SavedVariable grad_;
-  SavedVariable input_;
-  SavedVariable weight_;
-};
-
-namespace {
-
-using torch::dynamo::autograd::IValuePacker;
-using torch::dynamo::autograd::PackedArgs;
-
-// The backward formulas, as functions of the saved values only: both the node's apply and
-// compiled autograd (which calls them on the traced graph's tensors) run them.
-
-// (grad_input, grad_weight) of y = value(input, weight), by the term's backward operator. An
-// undefined incoming grad means zeros: nothing to compute.
-template <class Term>
-variable_list elementwise_gradients(
-    const variable_list& grads, std::array<bool, 2> needed, const at::Tensor& input, const at::Tensor& weight) {
-  variable_list result(2);
-  const auto& grad = grads[0];
-  if (!grad.defined() || !(needed[0] || needed[1])) {
-    return result;
-  }
-  std::tie(result[0], result[1]) = detail::backward_handle<rows::BackwardOf<Term>>().call(grad, input, weight, needed);
-  return result;
-}
-
-template <class Term>
-variable_list elementwise_gradients_packed(const variable_list& grads, const std::vector<c10::IValue>& args) {
-  PackedArgs packed(args);
-  const auto needed = packed.unpack<std::array<bool, 2>>();
-  const auto input = packed.unpack<at::Tensor>();
-  const auto weight = packed.unpack<at::Tensor>();
-  return elementwise_gradients<Term>(grads, needed, input, weight);
-}
-
-template <class Term>
-variable_list backward_gradients_packed(const variable_list& grads, const std::vector<c10::IValue>& args) {
-  PackedArgs packed(args);
-  const auto needed = packed.unpack<std::array<bool, 3>>();
-  const auto grad = packed.unpack<at::Tensor>();
-  const auto input = packed.unpack<at::Tensor>();
-  const auto weight = packed.unpack<at::Tensor>();
-  return term_backward_gradients<Term>(grads, needed, grad, input, weight);
-}
-
-}  // namespace
-
-template <class Row>
-variable_list ElementwiseBackward0<Row>::apply(variable_list&& grads) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const std::array<bool, 2> needed = {task_should_compute_output(0), task_should_compute_output(1)};
-  return elementwise_gradients<typename Row::Term>(grads, needed, input_.unpack(), weight_.unpack());
-}
-
-template <class Row>
-void ElementwiseBackward0<Row>::compiled_args(CompiledNodeArgs& args) const {
-  args.collect(input_, /*is_output=*/false);
-  args.collect(weight_, /*is_output=*/false);
-}
-
-template <class Row>
-variable_list ElementwiseBackward0<Row>::apply_with_saved(const variable_list& grads, SwapSavedVariables& saved) {
-  saved.before(input_);
-  saved.before(weight_);
-  PackedArgs packed;
-  packed.pack(std::array<bool, 2>{task_should_compute_output(0), task_should_compute_output(1)});
-  packed.pack(input_.unpack());
-  packed.pack(weight_.unpack());
-  static std::once_flag bound;
-  const std::vector<at::TypePtr> schema = {
-      IValuePacker<std::array<bool, 2>>::packed_type(), IValuePacker<at::Tensor>::packed_type(),
-      IValuePacker<at::Tensor>::packed_type()};
-  auto result =
-      call_traced(*this, saved, grads, packed, bound, elementwise_gradients_packed<typename Row::Term>, schema);
-  saved.after(input_);
-  saved.after(weight_);
-  return result;
-}
-
-template <class Term>
-variable_list TermBackwardBackward0<Term>::apply(variable_list&& grads) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const std::array<bool, 3> needed = {
-      task_should_compute_output(0), task_should_compute_output(1), task_should_compute_output(2)};
-  return term_backward_gradients<Term>(grads, needed, grad_.unpack(), input_.unpack(), weight_.unpack());
-}
-
-template <class Term>
-void TermBackwardBackward0<Term>::compiled_args(CompiledNodeArgs& args) const {
-  args.collect(grad_, /*is_output=*/false);
-  args.collect(input_, /*is_output=*/false);
-  args.collect(weight_, /*is_output=*/false);
-}
-
-template <class Term>
-variable_list TermBackwardBackward0<Term>::apply_with_saved(const variable_list& grads, SwapSavedVariables& saved) {
-  saved.before(grad_);
-  saved.before(input_);
-  saved.before(weight_);
-  PackedArgs packed;
-  packed.pack(
-      std::array<bool, 3>{task_should_compute_output(0), task_should_compute_output(1), task_should_compute_output(2)});
-  packed.pack(grad_.unpack());
-  packed.pack(input_.unpack());
-  packed.pack(weight_.unpack());
-  static std::once_flag bound;
-  const std::vector<at::TypePtr> schema = {
-      IValuePacker<std::array<bool, 3>>::packed_type(), IValuePacker<at::Tensor>::packed_type(),
-      IValuePacker<at::Tensor>::packed_type(), IValuePacker<at::Tensor>::packed_type()};
-  auto result = call_traced(*this, saved, grads, packed, bound, backward_gradients_packed<Term>, schema);
-  saved.after(grad_);
-  saved.after(input_);
-  saved.after(weight_);
-  return result;
-}
 
 namespace {
 
 using torch::autograd::collect_next_edges;
 using torch::autograd::compute_requires_grad;
 using torch::autograd::isFwGradDefined;
+
+// The formula of y = value(input, weight), and of the in-place form (then input is a copy of self
+// taken before the write): (grad_input, grad_weight) by the term's backward operator. Next edges:
+// input, weight. The term's backward has its own formula, term_backward_gradients.
+template <class Row>
+variable_list elementwise_gradients(
+    const variable_list& grads, std::array<bool, 2> needed, const at::Tensor& input, const at::Tensor& weight) {
+  variable_list result(2);
+  const auto& grad = grads[0];
+  if (!grad.defined() || !(needed[0] || needed[1])) {
+    return result;  // an undefined incoming grad means zeros: nothing to compute
+  }
+  std::tie(result[0], result[1]) = detail::backward_handle<typename Row::Backward>().call(grad, input, weight, needed);
+  return result;
+}
 
 template <class Row>
 at::Tensor elementwise_autograd(c10::DispatchKeySet keys, const at::Tensor& input, const at::Tensor& weight) {
@@ -208,12 +60,8 @@ at::Tensor elementwise_autograd(c10::DispatchKeySet keys, const at::Tensor& inpu
     return detail::functional_handle<Row>().redispatch(keys & c10::after_autograd_keyset, input, weight);
   }();
   if (requires_grad) {
-    auto grad_fn = make_node<ElementwiseBackward0<Row>>();
-    grad_fn->set_next_edges(collect_next_edges(input, weight));
-    grad_fn->input_ = SavedVariable(input, /*is_output=*/false);
-    grad_fn->weight_ = SavedVariable(weight, /*is_output=*/false);
-    torch::autograd::set_history(result, grad_fn);
-    node_attached(grad_fn);
+    set_history_and_attach(
+        result, make_formula_node<Row, &elementwise_gradients<Row>>(collect_next_edges(input, weight), input, weight));
   }
   if (has_tangents) {
     const auto tangent = term_tangent<typename Row::Term>(
@@ -247,7 +95,7 @@ void elementwise_inplace_autograd(c10::DispatchKeySet keys, const at::Tensor& se
   const bool has_tangents = dense && (isFwGradDefined(self) || isFwGradDefined(weight));
   at::Tensor original_self;
   at::Tensor original_weight = weight;
-  decltype(make_node<ElementwiseBackward0<Row>>()) grad_fn;
+  decltype(make_node<FormulaNode<Row, &elementwise_gradients<Row>>>()) grad_fn;
   if (requires_grad || has_tangents) {
     // ATen's checks before anything is written: no in-place on a leaf (or a view of one) that
     // requires grad.
@@ -261,10 +109,8 @@ void elementwise_inplace_autograd(c10::DispatchKeySet keys, const at::Tensor& se
     }
   }
   if (requires_grad) {
-    grad_fn = make_node<ElementwiseBackward0<Row>>();
-    grad_fn->set_next_edges(collect_next_edges(self, weight));
-    grad_fn->input_ = SavedVariable(original_self, /*is_output=*/false);
-    grad_fn->weight_ = SavedVariable(original_weight, /*is_output=*/false);
+    grad_fn = make_formula_node<Row, &elementwise_gradients<Row>>(
+        collect_next_edges(self, weight), original_self, original_weight);
   }
   {
     at::AutoDispatchBelowADInplaceOrView guard;
@@ -315,14 +161,15 @@ void elementwise_out_autograd(
   torch::autograd::increment_version(out);
 }
 
-template <class Term>
+template <class Row>
 std::tuple<at::Tensor, at::Tensor> term_backward_autograd(
     c10::DispatchKeySet keys,
     const at::Tensor& grad,
     const at::Tensor& input,
     const at::Tensor& weight,
     std::array<bool, 2> output_mask) {
-  const auto& op = detail::backward_handle<rows::BackwardOf<Term>>();
+  using Term = typename Row::Term;
+  const auto& op = detail::backward_handle<Row>();
   const bool computes_any = (output_mask[0] || output_mask[1]) && all_dense({grad, input, weight});
   const bool requires_grad = computes_any && compute_requires_grad(grad, input, weight);
   const bool has_tangents =
@@ -332,13 +179,10 @@ std::tuple<at::Tensor, at::Tensor> term_backward_autograd(
     return op.redispatch(keys & c10::after_autograd_keyset, grad, input, weight, output_mask);
   }();
   if (requires_grad) {
-    auto grad_fn = make_node<TermBackwardBackward0<Term>>();
-    grad_fn->set_next_edges(collect_next_edges(grad, input, weight));
-    grad_fn->grad_ = SavedVariable(grad, /*is_output=*/false);
-    grad_fn->input_ = SavedVariable(input, /*is_output=*/false);
-    grad_fn->weight_ = SavedVariable(weight, /*is_output=*/false);
-    torch::autograd::set_history({grad_input, grad_weight}, grad_fn);
-    node_attached(grad_fn);
+    set_history_and_attach(
+        variable_list{grad_input, grad_weight},
+        make_formula_node<Row, &term_backward_gradients<Term>>(
+            collect_next_edges(grad, input, weight), grad, input, weight));
   }
   if (has_tangents) {
     const auto [grad_input_t, grad_weight_t] = term_backward_tangents<Term>(
@@ -357,16 +201,12 @@ std::tuple<at::Tensor, at::Tensor> term_backward_autograd(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(custom, Autograd, m) {
-#define CUSTOM_OPS_REGISTER_ELEMENTWISE(name_, Term_)                     \
-  m.impl(#name_, TORCH_FN(elementwise_autograd<rows::name_>));            \
-  m.impl(#name_ ".out", TORCH_FN(elementwise_out_autograd<rows::name_>)); \
-  m.impl(#name_ "_", TORCH_FN(elementwise_inplace_autograd<rows::name_>));
-  CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_REGISTER_ELEMENTWISE)
-#undef CUSTOM_OPS_REGISTER_ELEMENTWISE
-#define CUSTOM_OPS_REGISTER_BACKWARD(Term_, backward_) \
-  m.impl(#backward_, TORCH_FN(term_backward_autograd<terms::Term_>));
-  CUSTOM_OPS_TERMS(CUSTOM_OPS_REGISTER_BACKWARD)
-#undef CUSTOM_OPS_REGISTER_BACKWARD
+  rows::ElementwiseRows::for_each([&]<class Row>() {
+    m.impl(Row::name, TORCH_FN(elementwise_autograd<Row>));
+    m.impl(Row::out_name, TORCH_FN(elementwise_out_autograd<Row>));
+    m.impl(Row::inplace_name, TORCH_FN(elementwise_inplace_autograd<Row>));
+  });
+  rows::BackwardRows::for_each([&]<class Row>() { m.impl(Row::name, TORCH_FN(term_backward_autograd<Row>)); });
 }
 
 }  // namespace custom::autograd

@@ -49,6 +49,14 @@ void node_attached(const NodePointer& node) {
 #endif
 }
 
+// set_history for an out-of-place op's outputs (a tensor or a variable_list), then the creation
+// hooks on the node.
+template <class Outputs, class NodePointer>
+void set_history_and_attach(const Outputs& outputs, const NodePointer& node) {
+  torch::autograd::set_history(outputs, node);
+  node_attached(node);
+}
+
 // rebase_history for an in-place op's output, then the creation hooks on the node autograd
 // attached (a CopySlices when self is a view). Releases whose rebase_history returns nothing
 // have no such hooks.

@@ -88,10 +88,10 @@ void elementwise_out_batched(const at::Tensor& input, const at::Tensor& weight, 
   op.call(input, weight, out);
 }
 
-template <class Term>
+template <class Row>
 std::tuple<at::Tensor, at::Tensor> term_backward_batched(
     const at::Tensor& grad, const at::Tensor& input, const at::Tensor& weight, std::array<bool, 2> output_mask) {
-  const auto& backward = custom::detail::backward_handle<rows::BackwardOf<Term>>();
+  const auto& backward = custom::detail::backward_handle<Row>();
   c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
   const auto level = current_level();
   if (!isBatchedAtLevel(grad, level) && !isBatchedAtLevel(input, level) && !isBatchedAtLevel(weight, level)) {
@@ -133,16 +133,12 @@ std::tuple<at::Tensor, at::Tensor> term_backward_batched(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(custom, FuncTorchBatched, m) {
-#define CUSTOM_OPS_REGISTER_ELEMENTWISE(name_, Term_)                     \
-  m.impl(#name_, TORCH_FN(elementwise_batched<rows::name_>));             \
-  m.impl(#name_ "_", TORCH_FN(elementwise_inplace_batched<rows::name_>)); \
-  m.impl(#name_ ".out", TORCH_FN(elementwise_out_batched<rows::name_>));
-  CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_REGISTER_ELEMENTWISE)
-#undef CUSTOM_OPS_REGISTER_ELEMENTWISE
-#define CUSTOM_OPS_REGISTER_BACKWARD(Term_, backward_) \
-  m.impl(#backward_, TORCH_FN(term_backward_batched<terms::Term_>));
-  CUSTOM_OPS_TERMS(CUSTOM_OPS_REGISTER_BACKWARD)
-#undef CUSTOM_OPS_REGISTER_BACKWARD
+  rows::BackwardRows::for_each([&]<class Row>() { m.impl(Row::name, TORCH_FN(term_backward_batched<Row>)); });
+  rows::ElementwiseRows::for_each([&]<class Row>() {
+    m.impl(Row::name, TORCH_FN(elementwise_batched<Row>));
+    m.impl(Row::inplace_name, TORCH_FN(elementwise_inplace_batched<Row>));
+    m.impl(Row::out_name, TORCH_FN(elementwise_out_batched<Row>));
+  });
 }
 
 }  // namespace custom::batching

@@ -72,9 +72,7 @@ at::Tensor reduction_batched(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(custom, FuncTorchBatched, m) {
-#define CUSTOM_OPS_REGISTER_REDUCTION(name_, Term_) m.impl(#name_, TORCH_FN(reduction_batched<rows::name_>));
-  CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_REGISTER_REDUCTION)
-#undef CUSTOM_OPS_REGISTER_REDUCTION
+  rows::ReductionRows::for_each([&]<class Row>() { m.impl(Row::name, TORCH_FN(reduction_batched<Row>)); });
 }
 
 }  // namespace custom::batching

@@ -16,7 +16,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include <ATen/core/Tensor.h>
 
@@ -50,23 +49,26 @@ struct PerChannelBackward {
   PerChannelShape shape;
 };
 
-// Calls loop(kInput, kWeight), as std::bool_constants, for the gradients `args` asks for: each
-// device's loop is a template on them, so an unrequested gradient costs no code in the loop.
+// Calls loop.template operator()<scalar_t, kInput, kWeight>() for args' dtype and the gradients
+// it asks for: each device's loop is a template on them, so an unrequested gradient costs no code
+// in the loop.
 template <typename Loop>
-void with_requested_gradients(const PerChannelBackward& args, const Loop& loop) {
+void dispatch_per_channel(const PerChannelBackward& args, const Loop& loop) {
   const bool input = args.grad_input.defined();
   const bool weight = args.grad_weight.defined();
-  if (input && weight) {
-    loop(std::true_type{}, std::true_type{});
-  } else if (input) {
-    loop(std::true_type{}, std::false_type{});
-  } else if (weight) {
-    loop(std::false_type{}, std::true_type{});
-  }
+  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(args.input.scalar_type(), "elementwise_backward_per_channel", [&] {
+    if (input && weight) {
+      loop.template operator()<scalar_t, true, true>();
+    } else if (input) {
+      loop.template operator()<scalar_t, true, false>();
+    } else if (weight) {
+      loop.template operator()<scalar_t, false, true>();
+    }
+  });
 }
 
 // The raw operands of a device's per-channel loop for the gradients it computes (a template on
-// them: with_requested_gradients): grad_input null when not requested, weight null when nothing
+// them: dispatch_per_channel): grad_input null when not requested, weight null when nothing
 // requested reads it (grad_input always does, grad_weight when the term's dw does).
 template <typename scalar_t>
 struct PerChannelPointers {

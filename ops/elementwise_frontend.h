@@ -83,12 +83,13 @@ struct BoundElementwise {
   };
 };
 
-template <class Term, template <class> class LoopsOf>
+// Row: a term's backward row (rows::BackwardOf<Term>).
+template <class Row, template <class> class LoopsOf>
 struct BoundBackward {
   static constexpr ElementwiseKernel kernel{
-      .backward_name = rows::BackwardOf<Term>::name,
-      .dw_reads_weight = Term::dw_reads_weight,
-      .loops = LoopsOf<Term>::value,
+      .backward_name = Row::name,
+      .dw_reads_weight = Row::Term::dw_reads_weight,
+      .loops = LoopsOf<typename Row::Term>::value,
   };
 };
 
@@ -97,19 +98,15 @@ struct BoundBackward {
 // CPU, CUDA and Meta, nor between operators.
 template <template <class> class LoopsOf, typename DeviceGuard = NoDeviceGuard>
 void register_elementwise_kernels(torch::Library& m) {
-#define CUSTOM_OPS_REGISTER_ELEMENTWISE(name_, Term_)                                      \
-  {                                                                                        \
-    using Bound = BoundElementwise<rows::name_, LoopsOf>;                                  \
-    register_kernel<DeviceGuard, Bound::kernel, &elementwise_impl>(m, #name_);             \
-    register_kernel<DeviceGuard, Bound::kernel, &elementwise_out_impl>(m, #name_ ".out");  \
-    register_kernel<DeviceGuard, Bound::kernel, &elementwise_inplace_impl>(m, #name_ "_"); \
-  }
-  CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_REGISTER_ELEMENTWISE)
-#undef CUSTOM_OPS_REGISTER_ELEMENTWISE
-#define CUSTOM_OPS_REGISTER_BACKWARD(Term_, backward_) \
-  register_kernel<DeviceGuard, BoundBackward<terms::Term_, LoopsOf>::kernel, &elementwise_backward_impl>(m, #backward_);
-  CUSTOM_OPS_TERMS(CUSTOM_OPS_REGISTER_BACKWARD)
-#undef CUSTOM_OPS_REGISTER_BACKWARD
+  rows::ElementwiseRows::for_each([&]<class Row>() {
+    constexpr auto& kernel = BoundElementwise<Row, LoopsOf>::kernel;
+    register_kernel<DeviceGuard, kernel, &elementwise_impl>(m, Row::name);
+    register_kernel<DeviceGuard, kernel, &elementwise_out_impl>(m, Row::out_name);
+    register_kernel<DeviceGuard, kernel, &elementwise_inplace_impl>(m, Row::inplace_name);
+  });
+  rows::BackwardRows::for_each([&]<class Row>() {
+    register_kernel<DeviceGuard, BoundBackward<Row, LoopsOf>::kernel, &elementwise_backward_impl>(m, Row::name);
+  });
 }
 
 }  // namespace custom::detail

@@ -28,9 +28,7 @@ at::Tensor elementwise_scalar(const at::Tensor& input, const at::Scalar& weight)
 }
 
 void register_scalar_overloads(torch::Library& m) {
-#define CUSTOM_OPS_REGISTER_SCALAR(name_, Term_) m.impl(#name_ ".Scalar", &elementwise_scalar<rows::name_>);
-  CUSTOM_OPS_ELEMENTWISE_OPERATORS(CUSTOM_OPS_REGISTER_SCALAR)
-#undef CUSTOM_OPS_REGISTER_SCALAR
+  rows::ElementwiseRows::for_each([&]<class Row>() { m.impl(Row::scalar_name, &elementwise_scalar<Row>); });
 }
 
 }  // namespace

@@ -57,13 +57,14 @@ struct NoReductionLoops {
   static constexpr ReductionLoops value{};
 };
 
+// The schema's arguments, as torch.sum takes them; input and weight broadcast together.
 at::Tensor reduction_impl(
     const ReductionKernel& kernel,
     const at::Tensor& input,
     const at::Tensor& weight,
-    at::OptionalIntArrayRef dim,
+    at::OptionalIntArrayRef dim,  // None or []: every dim
     bool keepdim,
-    std::optional<at::ScalarType> dtype);
+    std::optional<at::ScalarType> dtype);  // the result's (float64: the sum runs in float64 too)
 
 template <class Row, template <class> class LoopsOf>
 struct BoundReduction {
@@ -77,10 +78,9 @@ struct BoundReduction {
 // (LoopsOf<Term>::value).
 template <template <class> class LoopsOf, typename DeviceGuard = NoDeviceGuard>
 void register_reduction_kernels(torch::Library& m) {
-#define CUSTOM_OPS_REGISTER_REDUCTION(name_, Term_) \
-  register_kernel<DeviceGuard, BoundReduction<rows::name_, LoopsOf>::kernel, &reduction_impl>(m, #name_);
-  CUSTOM_OPS_REDUCTION_OPERATORS(CUSTOM_OPS_REGISTER_REDUCTION)
-#undef CUSTOM_OPS_REGISTER_REDUCTION
+  rows::ReductionRows::for_each([&]<class Row>() {
+    register_kernel<DeviceGuard, BoundReduction<Row, LoopsOf>::kernel, &reduction_impl>(m, Row::name);
+  });
 }
 
 }  // namespace custom::detail

@@ -266,10 +266,8 @@ void per_channel(const detail::PerChannelBackward& args) {
 
 template <class Term>
 void backward_per_channel(const detail::PerChannelBackward& args) {
-  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(args.input.scalar_type(), "elementwise_backward_per_channel_cpu", [&] {
-    detail::with_requested_gradients(args, [&](auto input, auto weight) {
-      per_channel<Term, scalar_t, decltype(input)::value, decltype(weight)::value>(args);
-    });
+  detail::dispatch_per_channel(args, [&]<typename scalar_t, bool kInput, bool kWeight>() {
+    per_channel<Term, scalar_t, kInput, kWeight>(args);
   });
 }
 

@@ -19,27 +19,22 @@ namespace custom::cpu {
 
 // Each set's tables, one per term, as CMakeLists.txt lists the kernel files: under ELEMENTWISE
 // (no AVX512 build) or REDUCTIONS.
-namespace DEFAULT {
-template <class Term>
-const detail::ElementwiseLoops& elementwise_loops();
-template <class Term>
-const detail::ReductionLoops& reduction_loops();
-}  // namespace DEFAULT
+#define CUSTOM_OPS_DECLARE_LOOP_TABLE(set, Loops, table) \
+  namespace set {                                        \
+  template <class Term>                                  \
+  const detail::Loops& table();                          \
+  }
+CUSTOM_OPS_DECLARE_LOOP_TABLE(DEFAULT, ElementwiseLoops, elementwise_loops)
+CUSTOM_OPS_DECLARE_LOOP_TABLE(DEFAULT, ReductionLoops, reduction_loops)
 #if defined(__x86_64__)
-namespace AVX2 {
-template <class Term>
-const detail::ElementwiseLoops& elementwise_loops();
-template <class Term>
-const detail::ReductionLoops& reduction_loops();
-}  // namespace AVX2
-namespace AVX512 {
-template <class Term>
-const detail::ReductionLoops& reduction_loops();
-}  // namespace AVX512
+CUSTOM_OPS_DECLARE_LOOP_TABLE(AVX2, ElementwiseLoops, elementwise_loops)
+CUSTOM_OPS_DECLARE_LOOP_TABLE(AVX2, ReductionLoops, reduction_loops)
+CUSTOM_OPS_DECLARE_LOOP_TABLE(AVX512, ReductionLoops, reduction_loops)
 namespace widest = AVX2;  // the widest set every loop is built for on this architecture
 #else
 namespace widest = DEFAULT;
 #endif
+#undef CUSTOM_OPS_DECLARE_LOOP_TABLE
 
 // The widest set's table where ATen runs AVX2 (or AVX512) kernels, else DEFAULT's.
 // at::get_cpu_capability() is ATen's choice (ATEN_CPU_CAPABILITY can lower it); on an AVX512 CPU

@@ -258,33 +258,28 @@ void forward_loop(at::TensorIteratorBase& iter) {
   });
 }
 
+// grad times a partial of (x, w) (InputGradient or WeightGradient), over (grad, x, w).
+template <class Gradient, typename scalar_t>
+void gradient_loop(at::TensorIteratorBase& iter) {
+  at::native::cpu_kernel_vec(
+      iter, [](scalar_t grad, scalar_t x, scalar_t w) { return scalar_opmath<scalar_t>(Gradient{}, grad, x, w); },
+      [](Vec<scalar_t> grad, Vec<scalar_t> x, Vec<scalar_t> w) {
+        return vector_opmath<scalar_t>(Gradient{}, grad, x, w);
+      });
+}
+
 template <class Term>
 void backward_input_loop(at::TensorIteratorBase& iter) {
-  CUSTOM_OPS_DISPATCH_ITER_FLOATING(iter, "elementwise_backward_input_cpu", [&] {
-    at::native::cpu_kernel_vec(
-        iter,
-        [](scalar_t grad, scalar_t x, scalar_t w) {
-          return scalar_opmath<scalar_t>(InputGradient<Term>{}, grad, x, w);
-        },
-        [](Vec<scalar_t> grad, Vec<scalar_t> x, Vec<scalar_t> w) {
-          return vector_opmath<scalar_t>(InputGradient<Term>{}, grad, x, w);
-        });
-  });
+  CUSTOM_OPS_DISPATCH_ITER_FLOATING(
+      iter, "elementwise_backward_input_cpu", [&] { gradient_loop<InputGradient<Term>, scalar_t>(iter); });
 }
 
 template <class Term>
 void backward_weight_loop(at::TensorIteratorBase& iter) {
   CUSTOM_OPS_DISPATCH_ITER_FLOATING(iter, "elementwise_backward_weight_cpu", [&] {
     if constexpr (Term::dw_reads_weight) {
-      at::native::cpu_kernel_vec(
-          iter,
-          [](scalar_t grad, scalar_t x, scalar_t w) {
-            return scalar_opmath<scalar_t>(WeightGradient<Term>{}, grad, x, w);
-          },
-          [](Vec<scalar_t> grad, Vec<scalar_t> x, Vec<scalar_t> w) {
-            return vector_opmath<scalar_t>(WeightGradient<Term>{}, grad, x, w);
-          });
-    } else {
+      gradient_loop<WeightGradient<Term>, scalar_t>(iter);
+    } else {  // over (grad, x)
       at::native::cpu_kernel_vec(
           iter, [](scalar_t grad, scalar_t x) { return scalar_opmath<scalar_t>(WeightGradient<Term>{}, grad, x); },
           [](Vec<scalar_t> grad, Vec<scalar_t> x) { return vector_opmath<scalar_t>(WeightGradient<Term>{}, grad, x); });

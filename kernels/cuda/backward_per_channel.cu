@@ -73,6 +73,47 @@ __device__ __forceinline__ void gradients(
   }
 }
 
+// A thread's kUnroll vectors in both first-pass kernels: positions first + k * step (those before
+// end), each at element position * pitch + offset.
+struct Unrolled {
+  int64_t first, step, end, pitch, offset;
+  __device__ bool has(int k) const { return first + k * step < end; }
+  __device__ int64_t at(int k) const { return (first + k * step) * pitch + offset; }
+};
+
+// Loads the vectors of input and grad, all issued before any is used.
+template <int kVec, typename scalar_t>
+__device__ __forceinline__ void load_unrolled(
+    const Pointers<scalar_t>& p,
+    const Unrolled& u,
+    Vector<scalar_t, kVec> (&x)[kUnroll],
+    Vector<scalar_t, kVec> (&g)[kUnroll]) {
+#pragma unroll
+  for (int k = 0; k < kUnroll; ++k) {
+    if (u.has(k)) {
+      x[k] = load_vector<kVec>(p.input + u.at(k));
+      g[k] = load_vector<kVec>(p.grad + u.at(k));
+    }
+  }
+}
+
+// gradients() of each loaded vector, in order.
+template <class Term, bool kInput, bool kWeight, int kVec, typename scalar_t, typename acc_t, typename AddTerm>
+__device__ __forceinline__ void gradients_unrolled(
+    const Pointers<scalar_t>& p,
+    const Unrolled& u,
+    const Vector<scalar_t, kVec> (&x)[kUnroll],
+    const Vector<scalar_t, kVec> (&g)[kUnroll],
+    const acc_t (&w)[kVec],
+    const AddTerm& add_term) {
+#pragma unroll
+  for (int k = 0; k < kUnroll; ++k) {
+    if (u.has(k)) {
+      gradients<Term, kInput, kWeight>(x[k], g[k], w, p.grad_input + u.at(k), add_term);
+    }
+  }
+}
+
 struct DownRowsShape {
   int64_t rows;
   int64_t width;  // channels * inner
@@ -115,43 +156,23 @@ __global__ void __launch_bounds__(kThreads) down_rows_kernel(
         sum[l] = 0;
       }
       for (int64_t row = block * s.rows_per_block + threadIdx.y; active && row < row_end; row += kUnroll * row_step) {
+        const Unrolled u{row, row_step, row_end, s.width, column};
         vec_t x[kUnroll];
         vec_t g[kUnroll];
-#pragma unroll
-        for (int k = 0; k < kUnroll; ++k) {
-          const int64_t r = row + k * row_step;
-          if (r < row_end) {
-            x[k] = load_vector<kVec>(p.input + r * s.width + column);
-            g[k] = load_vector<kVec>(p.grad + r * s.width + column);
-          }
-        }
+        load_unrolled(p, u, x, g);
         if constexpr (kGrouped) {
           acc_t group[kVec];
 #pragma unroll
           for (int l = 0; l < kVec; ++l) {
             group[l] = 0;
           }
-#pragma unroll
-          for (int k = 0; k < kUnroll; ++k) {
-            const int64_t r = row + k * row_step;
-            if (r < row_end) {
-              gradients<Term, kInput, kWeight>(
-                  x[k], g[k], w, p.grad_input + r * s.width + column, [&](int l, acc_t term) { group[l] += term; });
-            }
-          }
+          gradients_unrolled<Term, kInput, kWeight>(p, u, x, g, w, [&](int l, acc_t term) { group[l] += term; });
 #pragma unroll
           for (int l = 0; l < kVec; ++l) {
             sum[l] += static_cast<lane_t>(group[l]);
           }
         } else {
-#pragma unroll
-          for (int k = 0; k < kUnroll; ++k) {
-            const int64_t r = row + k * row_step;
-            if (r < row_end) {
-              gradients<Term, kInput, kWeight>(
-                  x[k], g[k], w, p.grad_input + r * s.width + column, [&](int l, acc_t term) { sum[l] += term; });
-            }
-          }
+          gradients_unrolled<Term, kInput, kWeight>(p, u, x, g, w, [&](int l, acc_t term) { sum[l] += term; });
         }
       }
       if constexpr (kWeight) {
@@ -213,24 +234,11 @@ __global__ void __launch_bounds__(kThreads) along_runs_kernel(
     }
     acc_t sum = 0;
     for (int64_t i = begin + threadIdx.x * kVec; i < end; i += kUnroll * kStride) {
+      const Unrolled u{i, kStride, end, 1, base};
       vec_t x[kUnroll];
       vec_t g[kUnroll];
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k) {
-        const int64_t at = i + k * kStride;
-        if (at < end) {
-          x[k] = load_vector<kVec>(p.input + base + at);
-          g[k] = load_vector<kVec>(p.grad + base + at);
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k) {
-        const int64_t at = i + k * kStride;
-        if (at < end) {
-          gradients<Term, kInput, kWeight>(
-              x[k], g[k], w, p.grad_input + base + at, [&](int, acc_t term) { sum += term; });
-        }
-      }
+      load_unrolled(p, u, x, g);
+      gradients_unrolled<Term, kInput, kWeight>(p, u, x, g, w, [&](int, acc_t term) { sum += term; });
     }
     if constexpr (kWeight) {
       shared[threadIdx.x] = sum;
@@ -385,35 +393,29 @@ void launch_along_runs(const detail::PerChannelBackward& args, const Pointers<sc
   }
 }
 
-template <class Term, typename scalar_t, bool kInput, bool kWeight>
-void launch(const detail::PerChannelBackward& args) {
-  constexpr int kVec = kVectorSize<scalar_t>;
-  const auto [outer, channels, inner] = args.shape;
-  const auto p = detail::per_channel_pointers<Term, scalar_t, kInput>(args);
-  const bool pointers_aligned = vector_aligned(p.grad_input) && vector_aligned(p.grad) && vector_aligned(p.input);
-  // Runs long enough to fill a block's chunk, or too few rows to share a column's work.
-  const bool along_runs = inner > 1 && (inner >= 2048 || outer < 8);
-  if (along_runs) {
-    if (pointers_aligned && inner % kVec == 0) {
-      launch_along_runs<Term, scalar_t, kVec, kInput, kWeight>(args, p);
-    } else {
-      launch_along_runs<Term, scalar_t, 1, kInput, kWeight>(args, p);
-    }
-  } else if (pointers_aligned && (channels * inner) % kVec == 0) {
-    launch_down_rows<Term, scalar_t, kVec, kInput, kWeight>(args, p);
-  } else {
-    launch_down_rows<Term, scalar_t, 1, kInput, kWeight>(args, p);
-  }
-}
-
 }  // namespace
 
+// Along runs when they are long enough to fill a block's chunk, or too few rows to share a
+// column's work; else down rows. 16-byte accesses where every pointer and run allows them.
 template <class Term>
 void backward_per_channel(const detail::PerChannelBackward& args) {
-  CUSTOM_OPS_DISPATCH_FLOATING_TYPES(args.input.scalar_type(), "elementwise_backward_per_channel_cuda", [&] {
-    detail::with_requested_gradients(args, [&](auto input, auto weight) {
-      launch<Term, scalar_t, decltype(input)::value, decltype(weight)::value>(args);
-    });
+  const auto& shape = args.shape;
+  const bool along_runs = shape.inner > 1 && (shape.inner >= 2048 || shape.outer < 8);
+  detail::dispatch_per_channel(args, [&]<typename scalar_t, bool kInput, bool kWeight>() {
+    constexpr int kVec = kVectorSize<scalar_t>;
+    const auto p = detail::per_channel_pointers<Term, scalar_t, kInput>(args);
+    const bool aligned = vector_aligned(p.grad_input) && vector_aligned(p.grad) && vector_aligned(p.input);
+    if (along_runs) {
+      if (aligned && shape.inner % kVec == 0) {
+        launch_along_runs<Term, scalar_t, kVec, kInput, kWeight>(args, p);
+      } else {
+        launch_along_runs<Term, scalar_t, 1, kInput, kWeight>(args, p);
+      }
+    } else if (aligned && (shape.channels * shape.inner) % kVec == 0) {
+      launch_down_rows<Term, scalar_t, kVec, kInput, kWeight>(args, p);
+    } else {
+      launch_down_rows<Term, scalar_t, 1, kInput, kWeight>(args, p);
+    }
   });
 }
 

@@ -91,8 +91,8 @@ element(const Tile<scalar_t, opmath_t, kAcross>& tile, const Pack<scalar_t>& row
 template <class Term, typename scalar_t, typename opmath_t, bool kInputAcross, bool kWeightAcross>
 __device__ void whole_tile(
     const TransposedArgs<scalar_t>& args,
-    int64_t row0,
-    int64_t col0,
+    int64_t row0,  // the tile's first row of out
+    int64_t col0,  // and its first column
     Tile<scalar_t, opmath_t, kInputAcross>& input_tile,
     Tile<scalar_t, opmath_t, kWeightAcross>& weight_tile) {
   constexpr int P = kPack<scalar_t>;

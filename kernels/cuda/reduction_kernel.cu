@@ -90,6 +90,64 @@ __device__ __forceinline__ Vector<scalar_t, kN> load_group(const scalar_t* p, in
   }
 }
 
+// An operand's groups in a batch: group p (a position) starts at data + p * pitch, its kN
+// elements stride apart.
+template <typename scalar_t>
+struct Groups {
+  const scalar_t* data;
+  int64_t pitch;
+  int64_t stride;
+};
+
+// One batch of kU groups, at positions first + u * step: every load first (x, and w unless
+// kWeightFixed: then fixed_weight(j)), then the adds in position order. kChecked: the last batch,
+// whose positions may reach end; the others have no per-load branch, which keeps all their loads
+// in flight together (ptxas serializes the checked ones). Only the first `valid` elements of a
+// group are added (w * 0 is not 0 for an infinite w).
+template <
+    class Term,
+    int kU,
+    bool kChecked,
+    bool kVectorized,
+    bool kWeightFixed,
+    int kN,
+    typename scalar_t,
+    typename acc,
+    typename FixedWeight>
+__device__ __forceinline__ void add_batch(
+    const Groups<scalar_t>& x,
+    const Groups<scalar_t>& w,
+    int64_t first,
+    int64_t step,
+    int64_t end,
+    int valid,
+    const FixedWeight& fixed_weight,
+    acc (&sums)[kN]) {
+  Vector<scalar_t, kN> xg[kU];
+  Vector<scalar_t, kN> wg[kU];
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int64_t p = first + u * step;
+    if (!kChecked || p < end) {
+      xg[u] = load_group<kVectorized, kN>(x.data + p * x.pitch, x.stride, valid);
+      if constexpr (!kWeightFixed) {
+        wg[u] = load_group<kVectorized, kN>(w.data + p * w.pitch, w.stride, valid);
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    if (!kChecked || first + u * step < end) {
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        if (kVectorized || j < valid) {
+          sums[j] += term<Term>(xg[u].val[j], kWeightFixed ? fixed_weight(j) : wg[u].val[j]);
+        }
+      }
+    }
+  }
+}
+
 // acc[0] = the sum of acc[0..kN), pairwise.
 template <int kN, typename T>
 __device__ __forceinline__ T group_sum(T (&acc)[kN]) {
@@ -232,32 +290,11 @@ __device__ __forceinline__ void add_segment(
   const scalar_t fixed_w = kWeightFixed ? *w : scalar_t(0);
   const int64_t groups = count / kN;
   constexpr int kU = kUnroll<scalar_t, kWeightFixed>;
-  // kU groups a lane, 32 apart: every load first, then the adds in group order. kChecked: the
-  // last batch, whose groups may run past the segment; the others have no per-load branch, which
-  // keeps all their loads in flight together (ptxas serializes the checked ones).
+  // kU groups a lane, 32 apart.
   const auto batch = [&](int64_t g0, auto checked) {
-    constexpr bool kChecked = decltype(checked)::value;
-    Vector<scalar_t, kN> xg[kU];
-    Vector<scalar_t, kN> wg[kU];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int64_t g = g0 + u * kWarp;
-      if (!kChecked || g < groups) {
-        xg[u] = load_group<kVectorized, kN>(x + g * kN);
-        if constexpr (!kWeightFixed) {
-          wg[u] = load_group<kVectorized, kN>(w + g * kN);
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      if (!kChecked || g0 + u * kWarp < groups) {
-#pragma unroll
-        for (int j = 0; j < kN; ++j) {
-          sums[j] += term<Term>(xg[u].val[j], kWeightFixed ? fixed_w : wg[u].val[j]);
-        }
-      }
-    }
+    add_batch<Term, kU, decltype(checked)::value, kVectorized, kWeightFixed>(
+        Groups<scalar_t>{x, kN, 1}, Groups<scalar_t>{w, kN, 1}, g0, kWarp, groups, kN, [&](int) { return fixed_w; },
+        sums);
   };
   int64_t g0 = lane;
 #pragma unroll 1
@@ -540,33 +577,11 @@ __device__ __forceinline__ void add_tile_rows(
   const int64_t step = t.row_threads;
   const int64_t r_end = span.r_end;
   constexpr int kU = kUnroll<scalar_t, kWeightFixed>;
-  // kU rows, step apart: every load first, then the adds in row order; as add_segment's batches.
+  // kU rows, step apart.
   const auto batch = [&](int64_t r, auto checked) {
-    constexpr bool kChecked = decltype(checked)::value;
-    Vector<scalar_t, kN> xg[kU];
-    Vector<scalar_t, kN> wg[kU];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int64_t row = r + u * step;
-      if (!kChecked || row < r_end) {
-        xg[u] = load_group<kVectorized, kN>(x + row * xs[1], xs[2], valid);
-        if constexpr (!kWeightFixed) {
-          wg[u] = load_group<kVectorized, kN>(w + row * ws[1], ws[2], valid);
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      if (!kChecked || r + u * step < r_end) {
-#pragma unroll
-        for (int j = 0; j < kN; ++j) {
-          // Skip the padding of a partial group: w * 0 is not 0 for an infinite w.
-          if (kVectorized || j < valid) {
-            sums[j] += term<Term>(xg[u].val[j], kWeightFixed ? fixed_w.val[j] : wg[u].val[j]);
-          }
-        }
-      }
-    }
+    add_batch<Term, kU, decltype(checked)::value, kVectorized, kWeightFixed>(
+        Groups<scalar_t>{x, xs[1], xs[2]}, Groups<scalar_t>{w, ws[1], ws[2]}, r, step, r_end, valid,
+        [&](int j) { return fixed_w.val[j]; }, sums);
   };
   int64_t r = span.r;
   // Unchecked batches first for 16-bit types only: ptxas serializes their checked loads; for the

@@ -36,14 +36,14 @@ inline constexpr int kWarpsPerBlock = kThreads / kWarp;
 inline constexpr int64_t kMaxSerial = 1024;
 // Rows: segments are multiples of this (32 lanes x 8 halfs), so every segment starts 16-byte
 // aligned when its row does.
-inline constexpr int64_t kSegmentGranule = 256;
+inline constexpr int64_t kSegmentGranule = 256;  // elements
 // Rows: enough warps that the loads in flight cover HBM latency (H100/H200: 132 SMs); with fewer
 // rows, rows are cut towards kTargetWarps segments of at least kMinSegment and at most
 // kMaxSegment elements: longer segments leave too few warps streaming (docs/benchmarks.md).
 inline constexpr int64_t kEnoughWarps = 4096;
 inline constexpr int64_t kTargetWarps = 4096;
-inline constexpr int64_t kMinSegment = 2048;
-inline constexpr int64_t kMaxSegment = 16384;
+inline constexpr int64_t kMinSegment = 2048;  // elements
+inline constexpr int64_t kMaxSegment = 16384;  // elements
 // A total's warps take runs of segments, about kTotalWarps warps in all: its partials (one a
 // block) are added by its last block, so the finer grain costs little.
 inline constexpr int64_t kTotalWarps = 16384;
@@ -51,7 +51,7 @@ inline constexpr int64_t kTotalWarps = 16384;
 // kWeightRegisterGroups elements: each lane keeps its weight groups in registers for every row
 // it adds, and loads only x (all its groups of a row in flight at once). 16-byte loads only (the
 // element-wise loads' registers spill).
-inline constexpr int kWeightRegisterGroups = 4;
+inline constexpr int kWeightRegisterGroups = 4;  // 16-byte groups a lane
 // Such a total (any alignment: the cut must not depend on it) takes runs for about this many
 // warps, each of which loads its weight groups once a run: fewer, longer runs amortize those
 // loads (docs/benchmarks.md).
@@ -60,7 +60,7 @@ inline constexpr int64_t kSharedWeightTotalWarps = 4096;
 // under 1% of the operands' and each block's loop long enough to stream (docs/benchmarks.md).
 inline constexpr int64_t kEnoughBlocks = 512;
 inline constexpr int64_t kTargetBlocks = 1024;
-inline constexpr int64_t kMinChunkRows = 512;
+inline constexpr int64_t kMinChunkRows = 512;  // rows of the reduced dim
 // Total: the most partials the last block adds, kMaxSerial per thread.
 inline constexpr int64_t kMaxFinalPartials = kThreads * kMaxSerial;
 
@@ -69,7 +69,7 @@ using Strides = std::array<int64_t, 3>;
 
 struct Problem {
   int64_t outer = 1;
-  int64_t reduce = 1;
+  int64_t reduce = 1;  // the dim summed over, for each (outer, inner)
   int64_t inner = 1;
   Strides input_strides{};
   Strides weight_strides{};

@@ -21,7 +21,7 @@ from __future__ import annotations
 import pathlib
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
@@ -124,39 +124,50 @@ def _architectures_cover(archs: str, major: int, minor: int) -> bool:
     return False
 
 
+def _warn(messages: Callable[[], Iterable[str]]) -> None:
+    """Each of messages() as a warning. A failing check stays silent: it runs when CUDA initializes,
+    and must not make that fail."""
+    try:
+        found = list(messages())
+    except Exception:
+        return
+    for message in found:
+        warnings.warn(message, stacklevel=3)
+
+
 def _warn_for_gpus_without_kernels(archs: str = CUDA_ARCHS) -> None:
     """One warning per visible GPU the CUDA kernels were not built for, instead of CUDA's "no kernel
     image" at the first call. Runs when CUDA initializes, so importing does not initialize it."""
-    try:
+
+    def messages():
         for index in range(torch.cuda.device_count()):
             major, minor = torch.cuda.get_device_capability(index)
             if not _architectures_cover(archs, major, minor):
-                warnings.warn(
+                yield (
                     f"custom_ops: libcustom_ops.so has no kernels for cuda:{index} "
                     f"({torch.cuda.get_device_name(index)}, compute capability {major}.{minor}): it was built "
                     f'with TORCH_CUDA_ARCH_LIST="{archs}". Rebuild it with TORCH_CUDA_ARCH_LIST="{major}.{minor}" '
-                    "in the environment (pip install ., make install).",
-                    stacklevel=2,
+                    "in the environment (pip install ., make install)."
                 )
-    except Exception:  # a failing check must not make CUDA's initialization fail
-        pass
+
+    _warn(messages)
 
 
 def _warn_without_cuda_kernels() -> None:
     """One warning when the library has no CUDA kernels and a GPU is visible: its ops would only
     fail on CUDA tensors ("no kernel for CUDA"), and the build said so only in its configure log."""
-    try:
+
+    def messages():
         count = torch.cuda.device_count()
         if count:
-            warnings.warn(
+            yield (
                 f"custom_ops: libcustom_ops.so has no CUDA kernels, but {count} GPU(s) are visible "
                 f"({torch.cuda.get_device_name(0)}): its ops run on CPU tensors only. It was built without "
                 f"nvcc or with CUSTOM_OPS_CUDA=OFF; rebuild it with a CUDA {torch.version.cuda} toolkit: "
-                "pip install --no-build-isolation . -C cmake.define.CUSTOM_OPS_CUDA=ON",
-                stacklevel=2,
+                "pip install --no-build-isolation . -C cmake.define.CUSTOM_OPS_CUDA=ON"
             )
-    except Exception:  # a failing check must not make CUDA's initialization fail
-        pass
+
+    _warn(messages)
 
 
 _check_torch_version()

@@ -89,6 +89,11 @@ class _Graph:
         return op.Constant(value=onnx.numpy_helper.from_array(array))
 
 
+def _binary(kind: str):
+    """The operator and its reflected form (a number on the left) of a _Value, as nodes of `kind`."""
+    return (lambda self, other: self._node(kind, self, other), lambda self, other: self._node(kind, other, self))
+
+
 class _Value:
     """An ONNX value in a term's formula: ``+ - * /`` with another or with a number add a node
     (numbers become constants of the compute dtype). `uses`: the operands it was computed from."""
@@ -100,29 +105,10 @@ class _Value:
         a, b = (v if isinstance(v, _Value) else _Value(self.graph.constant(v), self.graph, frozenset()) for v in (a, b))
         return _Value(self.graph.node(kind, a.value, b.value), self.graph, a.uses | b.uses)
 
-    def __add__(self, other):
-        return self._node("Add", self, other)
-
-    def __radd__(self, other):
-        return self._node("Add", other, self)
-
-    def __sub__(self, other):
-        return self._node("Sub", self, other)
-
-    def __rsub__(self, other):
-        return self._node("Sub", other, self)
-
-    def __mul__(self, other):
-        return self._node("Mul", self, other)
-
-    def __rmul__(self, other):
-        return self._node("Mul", other, self)
-
-    def __truediv__(self, other):
-        return self._node("Div", self, other)
-
-    def __rtruediv__(self, other):
-        return self._node("Div", other, self)
+    __add__, __radd__ = _binary("Add")
+    __sub__, __rsub__ = _binary("Sub")
+    __mul__, __rmul__ = _binary("Mul")
+    __truediv__, __rtruediv__ = _binary("Div")
 
     def __neg__(self):
         return _Value(self.graph.node("Neg", self.value), self.graph, self.uses)

@@ -124,38 +124,39 @@ int64_t last_block_rows(const DownRowsGeometry& g, int64_t rows) {
 
 TEST(PerChannelCudaGeometry, ChosenConfiguration) {
   using namespace geometry;
-  // w [4096] over [16384, 4096]: float32 (4 per vector) and bfloat16 (8); one row of vectors per
-  // block at a time, kTargetBlocks blocks in all, and enough row blocks for the wide second stage.
-  auto g = down_rows_geometry(16384, 4096, 4);
-  EXPECT_EQ(g.tile, kThreads);
-  EXPECT_EQ(g.lanes, 1);
-  EXPECT_EQ(g.column_tiles, 4);
-  EXPECT_EQ(g.rows_per_block, 256);
-  EXPECT_EQ(g.row_blocks, 64);
-  EXPECT_EQ(g.row_blocks * g.column_tiles, kTargetBlocks);
-  EXPECT_GE(g.row_blocks, kWideMinGroups);
-  g = down_rows_geometry(16384, 4096, 8);
-  EXPECT_EQ(g.tile, kThreads);
-  EXPECT_EQ(g.lanes, 1);
-  EXPECT_EQ(g.column_tiles, 2);
-  EXPECT_EQ(g.rows_per_block, 128);
-  EXPECT_EQ(g.row_blocks, 128);
-  EXPECT_EQ(g.row_blocks * g.column_tiles, kTargetBlocks);
-  // Narrow rows: 24 vectors take a tile of 32 and 8 lanes, one column tile.
-  g = down_rows_geometry(4099, 96, 4);
-  EXPECT_EQ(g.tile, 32);
-  EXPECT_EQ(g.lanes, 8);
-  EXPECT_EQ(g.column_tiles, 1);
-  // Element by element (45 channels): a tile of 64 and 4 lanes.
-  g = down_rows_geometry(2100, 45, 1);
-  EXPECT_EQ(g.tile, 64);
-  EXPECT_EQ(g.lanes, 4);
-  EXPECT_EQ(g.column_tiles, 1);
-  // More column tiles than the target (NCHW, 4096 channels of 256-element planes): one row block.
-  g = down_rows_geometry(64, 1 << 20, 4);
-  EXPECT_EQ(g.column_tiles, 1024);
-  EXPECT_EQ(g.rows_per_block, 64);
-  EXPECT_EQ(g.row_blocks, 1);
+  struct Case {
+    int64_t rows, width;
+    int vec;
+    int tile, lanes;
+    int64_t column_tiles, rows_per_block, row_blocks;
+  };
+  for (const auto& c : {
+           // w [4096] over [16384, 4096]: float32 (4 per vector) and bfloat16 (8); one row of
+           // vectors per block at a time.
+           Case{16384, 4096, 4, kThreads, 1, 4, 256, 64},
+           Case{16384, 4096, 8, kThreads, 1, 2, 128, 128},
+           // Narrow rows: 24 vectors take a tile of 32 and 8 lanes, one column tile.
+           Case{4099, 96, 4, 32, 8, 1, 256, 17},
+           // Element by element (45 channels): a tile of 64 and 4 lanes.
+           Case{2100, 45, 1, 64, 4, 1, 128, 17},
+           // More column tiles than the target (NCHW, 4096 channels of 256-element planes): one
+           // row block.
+           Case{64, 1 << 20, 4, kThreads, 1, 1024, 64, 1},
+       }) {
+    SCOPED_TRACE(::testing::Message() << "rows " << c.rows << ", width " << c.width << ", vec " << c.vec);
+    const auto g = down_rows_geometry(c.rows, c.width, c.vec);
+    EXPECT_EQ(g.tile, c.tile);
+    EXPECT_EQ(g.lanes, c.lanes);
+    EXPECT_EQ(g.column_tiles, c.column_tiles);
+    EXPECT_EQ(g.rows_per_block, c.rows_per_block);
+    EXPECT_EQ(g.row_blocks, c.row_blocks);
+  }
+  // [R, 4096]: kTargetBlocks blocks in all, and enough row blocks for the wide second stage.
+  for (const int vec : {4, 8}) {
+    const auto g = down_rows_geometry(16384, 4096, vec);
+    EXPECT_EQ(g.row_blocks * g.column_tiles, kTargetBlocks);
+    EXPECT_GE(g.row_blocks, kWideMinGroups);
+  }
 }
 
 TEST(PerChannelCudaGeometry, RowsPerBlockGrowWithTheRows) {
@@ -196,22 +197,23 @@ TEST(PerChannelCudaGeometry, RowsPerBlockGrowWithTheRows) {
 TEST(PerChannelCudaGeometry, PartialLastBlock) {
   using namespace geometry;
   // Rows per block past kVectorsPerThread, the last block short.
-  auto g = down_rows_geometry(5003, 4096, 4);
-  EXPECT_EQ(g.rows_per_block, 80);
-  EXPECT_EQ(g.row_blocks, 63);
-  EXPECT_EQ(last_block_rows(g, 5003), 43);
-  g = down_rows_geometry(5003, 4096, 8);
-  EXPECT_EQ(g.rows_per_block, 40);
-  EXPECT_EQ(g.row_blocks, 126);
-  EXPECT_EQ(last_block_rows(g, 5003), 3);
-  g = down_rows_geometry(4099, 96, 4);
-  EXPECT_EQ(g.rows_per_block, 256);
-  EXPECT_EQ(g.row_blocks, 17);
-  EXPECT_EQ(last_block_rows(g, 4099), 3);
-  g = down_rows_geometry(2100, 45, 1);
-  EXPECT_EQ(g.rows_per_block, 128);
-  EXPECT_EQ(g.row_blocks, 17);
-  EXPECT_EQ(last_block_rows(g, 2100), 52);
+  struct Case {
+    int64_t rows, width;
+    int vec;
+    int64_t rows_per_block, row_blocks, last_rows;
+  };
+  for (const auto& c : {
+           Case{5003, 4096, 4, 80, 63, 43},
+           Case{5003, 4096, 8, 40, 126, 3},
+           Case{4099, 96, 4, 256, 17, 3},
+           Case{2100, 45, 1, 128, 17, 52},
+       }) {
+    SCOPED_TRACE(::testing::Message() << "rows " << c.rows << ", width " << c.width << ", vec " << c.vec);
+    const auto g = down_rows_geometry(c.rows, c.width, c.vec);
+    EXPECT_EQ(g.rows_per_block, c.rows_per_block);
+    EXPECT_EQ(g.row_blocks, c.row_blocks);
+    EXPECT_EQ(last_block_rows(g, c.rows), c.last_rows);
+  }
 }
 
 TEST(PerChannelCudaGeometry, EveryRowCoveredExactlyOnce) {

@@ -66,6 +66,23 @@ template <class Term>
 at::Tensor value_of(const at::Tensor& x, const at::Tensor& w) {
   return per_element([](double a, double b) { return Term::template value<double>(a, b); }, x, w);
 }
+template <class Term>
+at::Tensor dx_of(const at::Tensor& x, const at::Tensor& w) {
+  return per_element([](double a, double b) { return Term::template dx<double>(a, b); }, x, w);
+}
+template <class Term>
+at::Tensor dw_of(const at::Tensor& x, const at::Tensor& w) {
+  return per_element([](double a, double b) { return Term::template dw<double>(a, b); }, x, w);
+}
+
+// Autograd's (grad_input, grad_weight) are g times the term's partials at (x, w), each summed to
+// its operand's shape (g: the gradient of the terms, of the broadcast shape).
+template <class Term>
+void ExpectGradientsArePartials(
+    const std::vector<at::Tensor>& grads, const at::Tensor& g, const at::Tensor& x, const at::Tensor& w) {
+  EXPECT_TRUE(AllCloseToSumOf(grads[0], g * dx_of<Term>(x, w), x.sizes(), tolerance(at::kDouble)));
+  EXPECT_TRUE(AllCloseToSumOf(grads[1], g * dw_of<Term>(x, w), w.sizes(), tolerance(at::kDouble)));
+}
 
 // The operands as the op reads them: promoted to the result dtype (a float32 input with a float64
 // weight computes in float64 from the float32 values, which converting to double keeps exactly).
@@ -193,8 +210,8 @@ void ExpectBackwardOfTerm(const at::Tensor& x, const at::Tensor& w) {
   const auto grad = random(at::infer_size(x.sizes(), w.sizes()), dtype);
   const auto [xp, wp] = promoted(x, w);
   const auto g = grad.to(at::kDouble);
-  const auto dx = g * per_element([](double a, double b) { return Term::template dx<double>(a, b); }, xp, wp);
-  const auto dw = g * per_element([](double a, double b) { return Term::template dw<double>(a, b); }, xp, wp);
+  const auto dx = g * dx_of<Term>(xp, wp);
+  const auto dw = g * dw_of<Term>(xp, wp);
   const auto tol = term_tolerance(dtype);
   const std::array<std::array<bool, 2>, 3> masks = {{{true, true}, {true, false}, {false, true}}};
   for (const auto& mask : masks) {
@@ -238,10 +255,7 @@ TYPED_TEST(ElementwiseRow, AutogradGradientIsTheBackwardFormula) {
     const auto [grad_input, grad_weight] = BackwardApi<Term>::call(g, x.detach(), w.detach(), {true, true});
     EXPECT_TRUE(AllClose(grads[0], grad_input, at::kDouble));
     EXPECT_TRUE(AllClose(grads[1], grad_weight, at::kDouble));
-    const auto dx = g * per_element([](double a, double b) { return Term::template dx<double>(a, b); }, x, w);
-    const auto dw = g * per_element([](double a, double b) { return Term::template dw<double>(a, b); }, x, w);
-    EXPECT_TRUE(AllCloseToSumOf(grads[0], dx, x.sizes(), tolerance(at::kDouble)));
-    EXPECT_TRUE(AllCloseToSumOf(grads[1], dw, w.sizes(), tolerance(at::kDouble)));
+    ExpectGradientsArePartials<Term>(grads, g, x, w);
   }
 }
 
@@ -358,13 +372,7 @@ TYPED_TEST(ReductionRow, AutogradGradientIsTheTermsPartials) {
   const auto y = Api<Row>::forward(x, w, dim, /*keepdim=*/true);
   const auto g = random(y.sizes(), at::kDouble);
   const auto grads = torch::autograd::grad({y}, {x, w}, {g});
-  const auto shape = at::infer_size(x.sizes(), w.sizes());
-  const auto dx =
-      g.expand(shape) * per_element([](double a, double b) { return Term::template dx<double>(a, b); }, x, w);
-  const auto dw =
-      g.expand(shape) * per_element([](double a, double b) { return Term::template dw<double>(a, b); }, x, w);
-  EXPECT_TRUE(AllCloseToSumOf(grads[0], dx, x.sizes(), tolerance(at::kDouble)));
-  EXPECT_TRUE(AllCloseToSumOf(grads[1], dw, w.sizes(), tolerance(at::kDouble)));
+  ExpectGradientsArePartials<Term>(grads, g.expand(at::infer_size(x.sizes(), w.sizes())), x, w);
 }
 
 TYPED_TEST(ReductionRow, ErrorsNameTheArgument) {

@@ -57,8 +57,19 @@ class ScriptedModule : public ::testing::Test {
     ASSERT_EQ(weight_.sizes(), (Shape{4}));
   }
 
-  // Why a CUDA test cannot run here, or nothing when it can.
-  static std::optional<std::string> CudaUnavailable() {
+  // The weight parameter's gradient from the module's loss is the C++ API's for the same loss
+  // (direct_loss of a copy of the weight).
+  template <class DirectLoss>
+  void ExpectTheApisWeightGradient(const at::Tensor& scripted_loss, const DirectLoss& direct_loss) {
+    scripted_loss.backward();
+    ASSERT_TRUE(weight_.grad().defined());
+    const auto w = weight_.detach().clone().requires_grad_();
+    direct_loss(w).backward();
+    EXPECT_TRUE(torch::allclose(weight_.grad(), w.grad()));
+  }
+
+  // Moves the module to the GPU (weight_: its weight there), or says why a CUDA test cannot run.
+  std::optional<std::string> MoveToCuda() {
     if (!torch::cuda::is_available()) {
       return "no CUDA device is visible (torch::cuda::is_available() is false)";
     }
@@ -66,6 +77,9 @@ class ScriptedModule : public ::testing::Test {
     if (!op.has_value() || !op->hasKernelForDispatchKey(c10::DispatchKey::CUDA)) {
       return "libcustom_ops was built without CUDA kernels";
     }
+    module_.to(at::kCUDA);
+    weight_ = module_.attr("weight").toTensor();
+    EXPECT_TRUE(weight_.is_cuda());
     return std::nullopt;
   }
 
@@ -101,26 +115,20 @@ TYPED_TEST(ScriptedElementwise, ForwardCallsTheOperatorAndMatchesTheApi) {
 TYPED_TEST(ScriptedElementwise, BackwardReachesTheWeightParameter) {
   using Row = TypeParam;
   const auto x = random({3, 4}, at::kFloat);
-  this->module_.forward({x}).toTensor().sum().backward();
-  ASSERT_TRUE(this->weight_.grad().defined());
-  const auto w = this->weight_.detach().clone().requires_grad_();
-  Api<Row>::forward(x, w).sum().backward();
-  EXPECT_TRUE(torch::allclose(this->weight_.grad(), w.grad()));
+  this->ExpectTheApisWeightGradient(
+      this->module_.forward({x}).toTensor().sum(), [&](const at::Tensor& w) { return Api<Row>::forward(x, w).sum(); });
 }
 
 TYPED_TEST(ScriptedElementwise, RunsOnCudaWhenAvailable) {
   using Row = TypeParam;
-  if (const auto why = this->CudaUnavailable()) {
+  if (const auto why = this->MoveToCuda()) {
     GTEST_SKIP() << *why;
   }
-  this->module_.to(at::kCUDA);
-  const auto weight = this->module_.attr("weight").toTensor();
-  ASSERT_TRUE(weight.is_cuda());
   torch::NoGradGuard no_grad;
   const auto x = random({3, 4}, at::kFloat, at::kCUDA);
   const auto y = this->module_.forward({x}).toTensor();
   EXPECT_TRUE(y.is_cuda());
-  EXPECT_TRUE(torch::equal(y, Api<Row>::forward(x, weight)));
+  EXPECT_TRUE(torch::equal(y, Api<Row>::forward(x, this->weight_)));
 }
 
 // -------------------------------------------------------------------------------------- reduction
@@ -173,26 +181,22 @@ TYPED_TEST(ScriptedReduction, ForwardPassesEveryArgumentAndMatchesTheApi) {
 TYPED_TEST(ScriptedReduction, BackwardReachesTheWeightParameter) {
   using Row = TypeParam;
   const auto x = random({3, 4}, at::kFloat);
-  scripted(this->module_, x, {std::nullopt}).backward();
-  ASSERT_TRUE(this->weight_.grad().defined());
-  const auto w = this->weight_.detach().clone().requires_grad_();
-  direct<Row>(x, w, {std::nullopt}).backward();
-  EXPECT_TRUE(torch::allclose(this->weight_.grad(), w.grad()));
+  const Reduction total{std::nullopt};
+  this->ExpectTheApisWeightGradient(
+      scripted(this->module_, x, total), [&](const at::Tensor& w) { return direct<Row>(x, w, total); });
 }
 
 TYPED_TEST(ScriptedReduction, RunsOnCudaWhenAvailable) {
   using Row = TypeParam;
-  if (const auto why = this->CudaUnavailable()) {
+  if (const auto why = this->MoveToCuda()) {
     GTEST_SKIP() << *why;
   }
-  this->module_.to(at::kCUDA);
-  const auto weight = this->module_.attr("weight").toTensor();
+  const Reduction r{Shape{1}, true};
   torch::NoGradGuard no_grad;
   const auto x = random({3, 4}, at::kFloat, at::kCUDA);
-  const Reduction r{Shape{1}, true};
   const auto sums = scripted(this->module_, x, r);
   EXPECT_TRUE(sums.is_cuda());
-  EXPECT_TRUE(torch::equal(sums, direct<Row>(x, weight, r)));
+  EXPECT_TRUE(torch::equal(sums, direct<Row>(x, this->weight_, r)));
 }
 
 }  // namespace

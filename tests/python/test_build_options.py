@@ -178,20 +178,24 @@ TORCH_ARCHS = "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"
 NVCC_13_ARCHS = "sm_75 sm_80 sm_86 sm_87 sm_88 sm_89 sm_90 sm_100 sm_110 sm_103 sm_120 sm_121"
 
 
-def choose_cuda_archs(tmp_path, requested, torch_archs, nvcc_archs, visible=""):
-    """cmake/CustomOpsCudaArchs.cmake's choice: (chosen, left out, error), lists as strings; visible:
-    the visible GPUs' compute capabilities, as the configure reads them from torch.cuda."""
-    script = tmp_path / "choose.cmake"
-    lists = [";".join(text.split()) for text in (torch_archs, nvcc_archs, visible)]
+def run_cuda_archs_function(tmp_path, call, printed):
+    """Runs `call` of cmake/CustomOpsCudaArchs.cmake in `cmake -P`; what message(printed) printed."""
+    script = tmp_path / "call.cmake"
     script.write_text(
-        "cmake_minimum_required(VERSION 3.25)\n"
-        f'include("{REPO}/cmake/CustomOpsCudaArchs.cmake")\n'
-        f'custom_ops_choose_cuda_archs(chosen dropped error "{requested}" "{lists[0]}" "{lists[1]}" "{lists[2]}")\n'
-        'message("${chosen}|${dropped}|${error}")\n'
+        f'cmake_minimum_required(VERSION 3.25)\ninclude("{REPO}/cmake/CustomOpsCudaArchs.cmake")\n{call}\n'
+        f'message("{printed}")\n'
     )
     result = subprocess.run(["cmake", "-P", str(script)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    return tuple(result.stderr.strip().split("|"))
+    return result.stderr.strip()
+
+
+def choose_cuda_archs(tmp_path, requested, torch_archs, nvcc_archs, visible=""):
+    """cmake/CustomOpsCudaArchs.cmake's choice: (chosen, left out, error), lists as strings; visible:
+    the visible GPUs' compute capabilities, as the configure reads them from torch.cuda."""
+    lists = [";".join(text.split()) for text in (torch_archs, nvcc_archs, visible)]
+    call = f'custom_ops_choose_cuda_archs(chosen dropped error "{requested}" "{lists[0]}" "{lists[1]}" "{lists[2]}")'
+    return tuple(run_cuda_archs_function(tmp_path, call, "${chosen}|${dropped}|${error}").split("|"))
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
@@ -252,16 +256,8 @@ def test_a_local_build_is_for_the_visible_gpus(tmp_path, requested, visible, exp
 
 
 def check_cuda_major(tmp_path, nvcc_cuda, torch_cuda):
-    script = tmp_path / "major.cmake"
-    script.write_text(
-        "cmake_minimum_required(VERSION 3.25)\n"
-        f'include("{REPO}/cmake/CustomOpsCudaArchs.cmake")\n'
-        f'custom_ops_check_cuda_major(error "{nvcc_cuda}" "{torch_cuda}")\n'
-        'message("${error}")\n'
-    )
-    result = subprocess.run(["cmake", "-P", str(script)], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    return result.stderr.strip()
+    call = f'custom_ops_check_cuda_major(error "{nvcc_cuda}" "{torch_cuda}")'
+    return run_cuda_archs_function(tmp_path, call, "${error}")
 
 
 @pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
