@@ -72,10 +72,12 @@ PY=$(cat $BUILD/python-path)
 if [ $TESTS = 1 ]; then
   [ "${SKIP_CTEST:-0}" = 1 ] || step ctest ctest.log 120 ctest --test-dir $BUILD --output-on-failure -j4
   # pytest-xdist, where present, spreads the test files over processes (one CUDA context each; a
-  # file stays in one process, as in make test: its campaign and count test together).
+  # file stays in one process, as in make test: its campaign and count test together). One line a
+  # test (-v): a run cut off by its time limit still names each failure, and what never finished.
   PARALLEL=$("$PY" -c "import xdist" 2>/dev/null && echo "-n $(( $(nproc) > 24 ? 16 : $(nproc) / 2 )) --dist loadfile" || true)
   step pytest pytest.log "${PYTEST_LIMIT:-400}" env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
-    "$PY" -m pytest ${PYTEST_TARGETS:-tests/python} -q -rs --durations=15 $PARALLEL ${PYTEST_K:+-k "$PYTEST_K"}
+    "$PY" -m pytest ${PYTEST_TARGETS:-tests/python} -v -rs --durations=15 $PARALLEL ${PYTEST_K:+-k "$PYTEST_K"}
+  while read -r failed; do summary+=("  $failed"); done < <(grep -oE "(FAILED|ERROR) tests/[^ ]+" "$OUT/pytest.log" | sort -u)
 fi
 # memcheck and racecheck over the CUDA GoogleTests; their small sizes keep them quick.
 if [ $SANITIZERS = 1 ]; then
