@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from environment import HAS_GPU, LIBRARY, REPO
-from operators import each_operator, table
+from operators import ELEMENTWISE, REDUCTION, each_operator, table
 from test_environment_setup import TORCH_RELEASES
 
 pytestmark = pytest.mark.slow
@@ -154,12 +154,13 @@ def test_a_library_without_cuda_kernels_warns_once_a_gpu_is_seen(site, count):
 
 # --------------------------------------------------------------------------- the wrappers
 
-# op -> its wrapper's parameters, as Python source of (name, type hint or None to skip, default,
-# keyword-only); `empty` is inspect.Parameter.empty.
+# An operator's kind -> its wrapper's parameters, as Python source of (name, type hint or None to
+# skip, default, keyword-only); `empty` is inspect.Parameter.empty. By kind, as the package writes
+# the wrappers: a new operator's wrapper is checked with no edit here.
 WRAPPER_PARAMETERS = {
-    "weighted_sum": "[('input', torch.Tensor, empty, False), "
+    ELEMENTWISE: "[('input', torch.Tensor, empty, False), "
     "('weight', typing.Union[torch.Tensor, float], empty, False), ('out', typing.Optional[torch.Tensor], None, True)]",
-    "weighted_square_sum": "[('input', torch.Tensor, empty, False), ('weight', torch.Tensor, empty, False), "
+    REDUCTION: "[('input', torch.Tensor, empty, False), ('weight', torch.Tensor, empty, False), "
     "('dim', None, None, False), ('keepdim', bool, False, False), ('dtype', typing.Optional[torch.dtype], None, True)]",
 }
 
@@ -172,7 +173,7 @@ def test_wrapper_is_exported_typed_and_documented(site, op):
         f"""
         import inspect, typing, torch, custom_ops
         empty = inspect.Parameter.empty
-        expected = {WRAPPER_PARAMETERS[op.name]}
+        expected = {WRAPPER_PARAMETERS[op.kind]}
         f = custom_ops.{op.name}
         assert "{op.name}" in custom_ops.__all__
         doc = f.__doc__
