@@ -168,7 +168,7 @@ std::tuple<at::Tensor, at::Tensor> term_backward_autograd(
     const at::Tensor& input,
     const at::Tensor& weight,
     std::array<bool, 2> output_mask) {
-  using Term = typename Row::Term;
+  using Term = Row::Term;
   const auto& op = detail::backward_handle<Row>();
   const bool computes_any = (output_mask[0] || output_mask[1]) && all_dense({grad, input, weight});
   const bool requires_grad = computes_any && compute_requires_grad(grad, input, weight);

@@ -64,7 +64,7 @@ inline at::Tensor unpacked(const torch::autograd::SavedVariable& saved) {
   return saved.unpack();
 }
 template <class T>
-const T& unpacked(const T& value) {
+T unpacked(const T& value) {
   return value;
 }
 
@@ -82,7 +82,7 @@ template <class Row, auto Gradients>
 struct FormulaNode : torch::autograd::TraceableFunction {
   using Formula = formula_node_detail::Signature<Gradients>;
   using Needed = std::array<bool, Formula::kOutputs>;
-  using Stored = typename formula_node_detail::StoredTuple<typename Formula::Saved>::type;
+  using Stored = formula_node_detail::StoredTuple<typename Formula::Saved>::type;
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -154,7 +154,7 @@ struct FormulaNode : torch::autograd::TraceableFunction {
     using torch::dynamo::autograd::IValuePacker;
     return [&]<class... T>(std::tuple<T...>*) {
       return std::vector<at::TypePtr>{IValuePacker<Needed>::packed_type(), IValuePacker<T>::packed_type()...};
-    }(static_cast<typename Formula::Saved*>(nullptr));
+    }(static_cast<Formula::Saved*>(nullptr));
   }
 
   static torch::autograd::variable_list gradients_packed(
@@ -164,7 +164,7 @@ struct FormulaNode : torch::autograd::TraceableFunction {
     return [&]<class... T>(std::tuple<T...>*) {
       const std::tuple<T...> values{packed.unpack<T>()...};  // a braced list: unpacked in order
       return std::apply([&](const T&... value) { return Gradients(grads, needed, value...); }, values);
-    }(static_cast<typename Formula::Saved*>(nullptr));
+    }(static_cast<Formula::Saved*>(nullptr));
   }
 };
 
