@@ -16,6 +16,7 @@
 #include <array>
 #include <cstddef>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -27,7 +28,6 @@
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/csrc/dynamo/compiled_autograd.h>
 
-#include "compiled_autograd_call.h"
 #include "node_pointer.h"
 
 namespace custom::autograd {
@@ -121,8 +121,15 @@ struct FormulaNode : torch::autograd::TraceableFunction {
     torch::dynamo::autograd::PackedArgs packed;
     packed.pack(needed());
     std::apply([&](const auto&... saved) { (packed.pack(formula_node_detail::unpacked(saved)), ...); }, saved_);
+    using torch::dynamo::autograd::IValuePacker;
+    const auto& compiler = torch::dynamo::autograd::getPyCompilerInterface();
     static std::once_flag bound;
-    auto result = call_traced(*this, swap, grads, packed, bound, &gradients_packed, packed_schema());
+    std::call_once(
+        bound, [&] { compiler->bind_function(swap.get_py_compiler(), name(), &gradients_packed, packed_schema()); });
+    const auto output_metadata = IValuePacker<std::vector<std::optional<torch::autograd::InputMetadata>>>::pack(
+        torch::dynamo::autograd::get_input_metadata(next_edges()));
+    auto result = compiler->call_function(
+        swap.get_py_compiler(), "apply_functional", name(), grads, packed.vec(), output_metadata);
     for_each_saved_variable([&](torch::autograd::SavedVariable& saved) { swap.after(saved); });
     return result;
   }

@@ -9,9 +9,7 @@
 #pragma once
 
 #include <array>
-#include <functional>
 #include <tuple>
-#include <utility>
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
@@ -41,24 +39,43 @@ inline at::Tensor times_defined(const at::Tensor& factor, const at::Tensor& part
   return factor.defined() ? factor * partial : at::Tensor();
 }
 
-// The same with a partial computed only where its factor is defined, and at most once.
-class LazyPartial {
+// A term's partials at (x, w), each times a factor: undefined where the factor is (a zero gradient
+// or tangent), and each partial computed only when a defined factor asks for it, at most once.
+template <class Term>
+class Partials {
  public:
-  template <class Compute>
-  explicit LazyPartial(Compute compute) : compute_(std::move(compute)) {}
-  at::Tensor times(const at::Tensor& factor) {
-    if (!factor.defined()) {
-      return {};
-    }
-    if (!value_.defined()) {
-      value_ = compute_();
-    }
-    return factor * value_;
+  Partials(const at::Tensor& x, const at::Tensor& w) : x_(x), w_(w) {}
+  at::Tensor dx(const at::Tensor& factor) {
+    return times(factor, dx_, [&] { return Term::dx(x_, w_); });
+  }
+  at::Tensor dw(const at::Tensor& factor) {
+    return times(factor, dw_, [&] { return Term::dw(x_, w_); });
+  }
+  at::Tensor dxx(const at::Tensor& factor) {
+    return times(factor, dxx_, [&] { return Term::dxx(x_, w_); });
+  }
+  at::Tensor dxw(const at::Tensor& factor) {
+    return times(factor, dxw_, [&] { return Term::dxw(x_, w_); });
+  }
+  at::Tensor dww(const at::Tensor& factor) {
+    return times(factor, dww_, [&] { return Term::dww(x_, w_); });
   }
 
  private:
-  std::function<at::Tensor()> compute_;
-  at::Tensor value_;
+  template <class Compute>
+  static at::Tensor times(const at::Tensor& factor, at::Tensor& partial, const Compute& compute) {
+    if (!factor.defined()) {
+      return {};
+    }
+    if (!partial.defined()) {
+      partial = compute();
+    }
+    return factor * partial;
+  }
+
+  const at::Tensor& x_;
+  const at::Tensor& w_;
+  at::Tensor dx_, dw_, dxx_, dxw_, dww_;
 };
 
 // An operand as the kernels read it: converted to the promoted dtype, then widened to its op-math
@@ -112,19 +129,15 @@ torch::autograd::variable_list term_backward_gradients(
   at::Tensor d_grad;
   at::Tensor d_input;
   at::Tensor d_weight;
-  LazyPartial dxw([&] { return Term::dxw(x, w); });
+  Partials<Term> partials(x, w);
   if (needed[0]) {
-    d_grad = add_defined(LazyPartial([&] { return Term::dx(x, w); }).times(gg_input), LazyPartial([&] {
-                                                                                        return Term::dw(x, w);
-                                                                                      }).times(gg_weight));
+    d_grad = add_defined(partials.dx(gg_input), partials.dw(gg_weight));
   }
   if (needed[1]) {
-    const auto by_x = add_defined(LazyPartial([&] { return Term::dxx(x, w); }).times(gg_input), dxw.times(gg_weight));
-    d_input = times_defined(by_x, g);
+    d_input = times_defined(add_defined(partials.dxx(gg_input), partials.dxw(gg_weight)), g);
   }
   if (needed[2]) {
-    const auto by_w = add_defined(dxw.times(gg_input), LazyPartial([&] { return Term::dww(x, w); }).times(gg_weight));
-    d_weight = times_defined(by_w, g);
+    d_weight = times_defined(add_defined(partials.dxw(gg_input), partials.dww(gg_weight)), g);
   }
   return {
       reduced_to(expanded_to(d_grad, grad.sym_sizes()), grad), reduced_to(d_input, input),
@@ -152,14 +165,14 @@ std::tuple<at::Tensor, at::Tensor> term_backward_tangents(
   const auto w_t = in_math(weight_t, dtype);
   at::Tensor grad_input_t;
   at::Tensor grad_weight_t;
-  LazyPartial dxw([&] { return Term::dxw(x, w); });
+  Partials<Term> partials(x, w);
   if (output_mask[0]) {
-    const auto by_inputs = add_defined(LazyPartial([&] { return Term::dxx(x, w); }).times(x_t), dxw.times(w_t));
-    grad_input_t = add_defined(LazyPartial([&] { return Term::dx(x, w); }).times(g_t), times_defined(by_inputs, g));
+    const auto by_inputs = add_defined(partials.dxx(x_t), partials.dxw(w_t));
+    grad_input_t = add_defined(partials.dx(g_t), times_defined(by_inputs, g));
   }
   if (output_mask[1]) {
-    const auto by_inputs = add_defined(dxw.times(x_t), LazyPartial([&] { return Term::dww(x, w); }).times(w_t));
-    grad_weight_t = add_defined(LazyPartial([&] { return Term::dw(x, w); }).times(g_t), times_defined(by_inputs, g));
+    const auto by_inputs = add_defined(partials.dxw(x_t), partials.dww(w_t));
+    grad_weight_t = add_defined(partials.dw(g_t), times_defined(by_inputs, g));
   }
   return {reduced_to(grad_input_t, input), reduced_to(grad_weight_t, weight)};
 }
