@@ -33,7 +33,10 @@ function(custom_ops_add_cpu_kernels target)
     add_library(${_object} OBJECT ${_sources_${cap}})
     target_compile_definitions(${_object} PRIVATE CPU_CAPABILITY=${cap} CPU_CAPABILITY_${cap})
     # -Wno-psabi: GCC notes that passing 32/64-byte vectors changed ABI in GCC 4.6; nothing to act on.
-    target_compile_options(${_object} PRIVATE ${_flags_${cap}} -Wno-psabi)
+    # -ffp-contract=off: GNU C++ otherwise fuses a * b + c into one FMA wherever the optimizer
+    # happens to see both, so two instantiations of one formula (a gradient asked alone, or with
+    # the other) could round differently; Inductor builds its C++ kernels the same way.
+    target_compile_options(${_object} PRIVATE ${_flags_${cap}} -Wno-psabi -ffp-contract=off)
     target_include_directories(${_object} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/ops/include)
     target_link_libraries(${_object} PRIVATE torch)
     # torch >= 2.14 asks for C++20 through its target; 2.11 does not, and the loops use it too.
