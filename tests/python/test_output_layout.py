@@ -1,13 +1,17 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """The functional op lays its result out as `weight * input.square()` does (TensorIterator's rules):
 channels_last in, channels_last out; a transposed input gives a transposed result; on every device,
-in the Meta kernel, and under torch.compile with dynamic shapes (no recompiles).
+in the Meta kernel, and under torch.compile with dynamic shapes (no recompiles). That is the rule of
+every elementwise operator of the table, whatever its term's operation order, zero-element results
+included (oracle.layout_rule).
 """
 
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
+from oracle import layout_rule
+from operators import each_elementwise_operator
 from reference import LAYOUT_NAMES, make_inputs
 
 OPS = torch.ops.custom
@@ -48,6 +52,26 @@ def cases(device):
 
 def composite(x, w):
     return w * x.square()
+
+
+# Zero-element results: every dense layout is one, so each ATen op chain picks its own.
+EMPTY = {
+    "empty_middle_dim": lambda: (torch.randn(1, 0, 1), torch.randn(())),
+    "empty_strided_111": lambda: (torch.empty_strided((1, 0, 1), (1, 1, 1)), torch.randn(1)),
+    "empty_channels_last": lambda: (torch.randn(2, 3, 0, 5).to(memory_format=torch.channels_last), torch.randn(3, 1, 1)),
+    "empty_transposed": lambda: (torch.randn(0, 4).t(), torch.randn(0)),
+    "empty_broadcast_weight": lambda: (torch.randn(4, 1), torch.randn(0, 4).t()),
+}
+
+
+@each_elementwise_operator
+def test_every_terms_result_follows_the_layout_rule(device, op):
+    for name, make in {**EXTRA, **EMPTY}.items():
+        x, w = (t.to(device) for t in make())
+        for weight in (w, 0.75):  # the tensor overload and .Scalar
+            out = op(x, weight) if isinstance(weight, torch.Tensor) else getattr(OPS, op.name).Scalar(x, weight)
+            assert out.stride() == layout_rule(x, weight).stride(), f"{name}, weight {type(weight).__name__}"
+            torch.testing.assert_close(out, op.composite(x, weight), equal_nan=True, rtol=1e-5, atol=1e-6)
 
 
 def test_result_has_the_composites_strides(device):
