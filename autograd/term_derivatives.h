@@ -30,6 +30,23 @@ struct Number<at::Tensor> {
   static at::Tensor make(double value) { return at::native::wrapped_scalar_tensor(value); }
 };
 
+// The Tensor column of custom_ops/term_functions.h: a term's functions as dispatcher ops.
+template <>
+struct Functions<at::Tensor> {
+#define CUSTOM_OPS_TENSOR_FUNCTION(name, f32, f64, vectorized, tensor) \
+  static at::Tensor name(const at::Tensor& v) {                        \
+    return tensor;                                                     \
+  }
+#define CUSTOM_OPS_TENSOR_FUNCTION_OF_A_CONSTANT(name, f32, f64, vectorized, tensor) \
+  static at::Tensor name(const at::Tensor& v, double c) {                            \
+    return tensor;                                                                   \
+  }
+  CUSTOM_OPS_TERM_FUNCTIONS(CUSTOM_OPS_TENSOR_FUNCTION)
+  CUSTOM_OPS_TERM_FUNCTIONS_OF_A_CONSTANT(CUSTOM_OPS_TENSOR_FUNCTION_OF_A_CONSTANT)
+#undef CUSTOM_OPS_TENSOR_FUNCTION
+#undef CUSTOM_OPS_TENSOR_FUNCTION_OF_A_CONSTANT
+};
+
 }  // namespace custom
 
 namespace custom::autograd {

@@ -23,6 +23,7 @@
 #include <ATen/ops/zeros.h>
 
 #include "kernels/cpu/backward_per_channel.h"
+#include "kernels/cpu/vectorized_term_functions.h"
 #include "ops/floating_types.h"
 #include "ops/operator_rows.h"
 

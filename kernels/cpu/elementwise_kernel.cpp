@@ -21,6 +21,7 @@
 #include "kernels/cpu/cpu_loops.h"
 #include "kernels/cpu/streaming_store.h"
 #include "kernels/cpu/streaming_threshold.h"
+#include "kernels/cpu/vectorized_term_functions.h"
 #include "ops/elementwise_frontend.h"
 #include "ops/floating_types.h"
 

@@ -49,6 +49,7 @@
 #include <custom_ops/operators.h>
 
 #include "kernels/cpu/cpu_loops.h"
+#include "kernels/cpu/vectorized_term_functions.h"
 #include "ops/floating_types.h"
 #include "ops/reduction_frontend.h"
 

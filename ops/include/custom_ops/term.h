@@ -5,7 +5,8 @@
 //     double): the device loops, the fused backward, the reductions;
 //   - at::vec::Vectorized of it: the CPU's SIMD loops;
 //   - at::Tensor: the derivatives of every order and the tangents (autograd/term_tensors.h).
-// so its formulas are plain arithmetic (+ - * /) over x, w and number<T>(c):
+// so its formulas are arithmetic (+ - * /) over x, w and number<T>(c), and calls of the functions
+// of custom_ops/term_functions.h (fn::tanh(x), fn::pow(x, 1.5), ...):
 //
 //   value(x, w)   the operator's elementwise value, y = f(x, w)
 //   dx(x, w)      df/dx                 dxx(x, w)   d2f/dx2
@@ -17,6 +18,8 @@
 #pragma once
 
 #include <c10/macros/Macros.h>
+
+#include <custom_ops/term_functions.h>
 
 namespace custom {
 
