@@ -131,7 +131,9 @@ def _rows():
                 args=getattr(row, "args", ARGS[row.kind]),
                 overloads=OVERLOADS[row.kind](row.name) + backward,
                 composite_overloads=COMPOSITE_OVERLOADS[row.kind](row.name),
-                bitwise=getattr(row, "bitwise", BITWISE[row.kind]),
+                # A term that calls functions computes them with Sleef, libm or CUDA's libm, not
+                # with ATen's own loops: within their documented error (term_error.py), not its bits.
+                bitwise=getattr(row, "bitwise", BITWISE[row.kind] and not row.term.calls_functions),
                 domain=getattr(row, "domain", None),
             )
         )

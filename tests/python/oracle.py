@@ -37,13 +37,24 @@ from collections.abc import Callable
 import torch
 
 import operators
+import term_error
 
 OPS = torch.ops.custom
+FUNCTIONS = operators.table.FUNCTIONS
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 OTHER_DTYPES = (torch.uint8, torch.int8, torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)
 
 FUNCTIONAL, OUT, INPLACE = "functional", "out", "inplace"
+
+
+
+def layout_rule(input, weight):
+    """A tensor laid out as an elementwise operator's new result is (the README's rule, for every
+    term): as ATen lays out `weight * input.square()`. Not the composite's own layout: a chain of
+    ATen ops gets it from its operation order, which differs from term to term where a
+    zero-element result makes several layouts dense at once."""
+    return weight * input.square()
 
 # One rounding to the dtype, relative (and absolute, for subnormals) to an unrounded float64 value.
 ROUNDING = {
@@ -63,9 +74,8 @@ class Overload:
     name: str  # as in the schema: "weighted_sum.out"
     kind: str  # FUNCTIONAL, OUT or INPLACE
     call: Callable[[dict], object]  # ours, given the arguments by schema name
-    # Whether our strides must equal ATen's where ATen picks them (a functional result, a
-    # resized out: TensorIterator follows the inputs' layout; ours are contiguous, per the
-    # README). Strides of an out or self of the right shape are always compared: both keep them.
+    # Whether our functional result's strides must be the layout rule's (layout_rule). Strides of
+    # an out or self of the right shape are always compared with ATen's: both keep them.
     inferred_strides: bool
     examples: int  # Hypothesis examples per device
 
@@ -90,6 +100,7 @@ class Operator:
     # of the absolute values of its terms, terms per element, accumulation dtype); its values are
     # then judged against that instead of the float64 composite (see _check_values).
     exact: Callable | None = None
+    term: object = None  # the row's term (python/custom_ops/_operators.py)
 
 
 def sum_exact(term, input, weight, dim=None, keepdim=False, dtype=None):
@@ -102,7 +113,22 @@ def sum_exact(term, input, weight, dim=None, keepdim=False, dtype=None):
     terms = operators.term_value(term, x, w)
     value, magnitude = terms.sum(dim, keepdim), terms.abs().sum(dim, keepdim)
     n = terms.numel() // value.numel() if value.numel() else 0
-    return value, magnitude, n, torch.float64 if promoted == result == torch.float64 else torch.float32
+    accumulate = torch.float64 if promoted == result == torch.float64 else torch.float32
+    if not term.calls_functions:
+        return value, magnitude, n, accumulate, None
+    # Each term's own error, computed in the accumulation type (term_error.py), summed.
+    _, errors = term_error.value_error(term, x, w, accumulate, input.device.type)
+    errors = operators.term_value(lambda_of(errors), x, w)
+    return value, magnitude, n, accumulate, errors.sum(dim, keepdim)
+
+
+def lambda_of(tensor):
+    """A stand-in term whose value is `tensor` (term_value broadcasts it like the op's result)."""
+
+    class Constant:
+        value = staticmethod(lambda x, w: tensor)
+
+    return Constant
 
 
 def reduction_args(shape, rank):
@@ -135,18 +161,18 @@ def _elementwise(row):
     def op():  # looked up at the call: the table is built before any library is loaded
         return getattr(OPS, name)
 
-    # inferred_strides False: to be turned on when ours follows the inputs' layout too.
     tensor = Operator(
         name=name,
         composite=row.composite,
         overloads=(
-            Overload(name, FUNCTIONAL, lambda a: op()(a["input"], a["weight"]), False, 1000),
+            Overload(name, FUNCTIONAL, lambda a: op()(a["input"], a["weight"]), True, 1000),
             Overload(f"{name}.out", OUT, lambda a: op().out(a["input"], a["weight"], out=a["out"]), False, 1500),
             Overload(f"{name}_", INPLACE, lambda a: getattr(OPS, f"{name}_")(a["self"], a["weight"]), False, 1000),
         ),
         out_rules=lambda a: torch.mul(a["input"], a["weight"], out=a["out"]),
         inplace_rules=lambda a: a["self"].mul_(a["weight"]),
         bitwise=row.bitwise,
+        term=row.term,
     )
     scalar = Operator(
         name=name,
@@ -156,6 +182,7 @@ def _elementwise(row):
         inplace_rules=None,
         bitwise=row.bitwise,
         weight_kind="scalar",
+        term=row.term,
     )
     return (tensor, scalar)
 
@@ -182,6 +209,7 @@ def _reduction(row):
             bitwise=False,
             extra_args=reduction_args,
             exact=lambda *args, **kwargs: sum_exact(row.term, *args, **kwargs),
+            term=row.term,
         ),
     )
 
@@ -517,6 +545,9 @@ def _check_values(op, operands, dtype, actual, what):
     if op.exact is not None:
         _check_sum(op, tensors, actual, what)
         return
+    if op.term is not None and op.term.calls_functions:
+        _check_function_term(op, each(lambda v: v.to(dtype).double()), dtype, actual, what)
+        return
     reference = op.composite(**each(lambda v: v.to(dtype).double())).cpu()
     actual = actual.detach().cpu().double()
     finite = reference.abs() <= min(torch.finfo(dtype).max, torch.finfo(cast).max)
@@ -529,6 +560,32 @@ def _check_values(op, operands, dtype, actual, what):
         rtol=ROUNDING[dtype][0] + ROUNDING[cast][0],
         atol=ROUNDING[dtype][1] + ROUNDING[cast][1],
         msg=lambda m: f"{what}: not within one rounding of the float64 composite\n{m}",
+    )
+
+
+def _check_function_term(op, operands, dtype, actual, what):
+    """A term that calls functions: within its running error bound in the op-math type (each
+    operation's rounding and each function's documented ulps, carried through the formula:
+    term_error.py) plus one rounding to the result's dtype, of the float64 composite."""
+    x, w = operands["input"], operands["weight"]
+    w = w if isinstance(w, torch.Tensor) else torch.tensor(float(w), dtype=torch.float64, device=x.device)
+    reference, error = term_error.value_error(op.term, x, w, _opmath(dtype), actual.device.type)
+    reference = operators.term_value(lambda_of(reference), x, w).cpu()
+    error = operators.term_value(lambda_of(error), x, w).cpu()
+    cast = actual.dtype
+    u_cast, tiny_cast = ROUNDING[cast]
+    limit = torch.finfo(cast).max
+    finite = reference.abs() <= limit
+    bound = error + u_cast * (reference.abs() + error) + tiny_cast
+    # Past the result dtype's range (or within the error of it), inf of the reference's sign.
+    overflow = ~finite & ~reference.isnan()
+    actual = actual.detach().cpu().double()
+    assert torch.equal(actual[overflow], reference[overflow].sign() * float("inf")), f"{what}: overflow not inf"
+    near_limit = reference.abs() + bound > limit
+    nan = reference.isnan()
+    assert actual[nan].isnan().all(), f"{what}: nan where the float64 composite is nan\nours={actual}"
+    _assert_within(
+        actual, reference, bound, finite & ~near_limit, what, "values further than the term's error bound", "float64"
     )
 
 
@@ -552,7 +609,9 @@ def _check_sum(op, operands, actual, what):
     the exact sum. Where a term or the sum of their absolute values overflows the accumulation
     dtype, any value goes (ATen's own sum gives inf or nan there); a NaN sum is NaN; a finite sum
     past the result dtype's range is the infinity of its sign."""
-    value, magnitude, n, accumulate = (t.cpu() if isinstance(t, torch.Tensor) else t for t in op.exact(**operands))
+    value, magnitude, n, accumulate, term_errors = (
+        t.cpu() if isinstance(t, torch.Tensor) else t for t in op.exact(**operands)
+    )
     cast = actual.dtype
     actual = actual.detach().cpu().double()
     assert actual.shape == value.shape, f"{what}: shape {tuple(actual.shape)}, exact {tuple(value.shape)}"
@@ -567,6 +626,8 @@ def _check_sum(op, operands, actual, what):
     close = judged & (value.abs() <= limit)
     growth = 2 * math.ceil(math.log2(n + 1)) + 8
     bound = 2 * u_cast * value.abs() + growth * (u_acc * magnitude + tiny_acc) + 2 * tiny_cast
+    if term_errors is not None:  # a term calling functions: each term's own error, summed
+        bound = bound + 2 * term_errors
     _assert_within(
         actual, value, bound, close, what, f"sums of {n} terms further from the exact sum than allowed", "exact"
     )
@@ -638,9 +699,8 @@ def judge(case, device):
             )
             assert ours.requires_grad == aten_value.requires_grad, "requires_grad differs from ATen's"
             if overload.inferred_strides:
-                assert ours.stride() == aten_value.stride(), (
-                    f"strides: ours {ours.stride()}, ATen {aten_value.stride()}"
-                )
+                rule = layout_rule(operands["input"], operands["weight"]).stride()
+                assert ours.stride() == rule, f"strides: ours {ours.stride()}, ATen's weight * input.square() {rule}"
             _check_values(op, operands, dtype, ours, "result")
             assert all(_nan_equal(b, s) for b, s in zip(our_buffers, before)), "an input was written"
         else:
@@ -807,9 +867,15 @@ def _value_dtype(op, overload, operands):
 
 def transform_slack(term):
     """TRANSFORM_SLACK plus the operations of the term's longest partial, each of which may round
-    once on the way (two for w x^2's, a dozen for a rational term's second derivatives)."""
+    once on the way (two for w x^2's, a dozen for a rational term's second derivatives), and each
+    function call's documented error in ulps (on the coarser device)."""
     texts = [operators.table.expression(f) or "" for f in (term.dx, term.dw, term.dxx, term.dxw, term.dww)]
-    return TRANSFORM_SLACK + max(sum(text.count(c) for c in "+-*/") for text in texts)
+
+    def roundings(text):
+        calls = sum(max(f.ulps) * len(re.findall(rf"\b{name}\s*\(", text)) for name, f in FUNCTIONS.items())
+        return sum(text.count(c) for c in "+-*/") + calls
+
+    return TRANSFORM_SLACK + max(map(roundings, texts))
 
 
 def _check_close(actual, reference, magnitude, rounding, terms, what, slack=TRANSFORM_SLACK):
