@@ -183,7 +183,7 @@ FUNCTIONS = {
         Function("relu", "step(e)", lambda e: e.relu(), lambda e: e if not e < 0 else 0.0, "Relu"),
         Function("pow", "c * pow(e, c - 1)", lambda e, c: e.pow(c), _guarded(_pow), "Pow", (1, 4), constant=True),
         Function("sign", "0", lambda e: e.sign(), _sign, "Sign"),
-        Function("step", "0", lambda e: (e <= 0).logical_not().to(e.dtype), _step, "step"),
+        Function("step", "0", lambda e: (e <= 0).logical_not().to(e.dtype), _step, "relu(sign(e))"),
     )
 }
 globals().update(FUNCTIONS)  # a term's lambdas call them by name: tanh(x)

@@ -10,8 +10,10 @@ symbolic as well. Only the functional overloads export (use the op, not out= or 
 models to export).
 
 Every operator of the table (_operators.py) has one, written from its term: the term's ``value``
-evaluated on the operands' ONNX values, its ``+ - * /`` as Add, Sub, Mul and Div and its numbers
-as constants of the compute dtype. It follows the op's dtype rules: the result dtype is
+evaluated on the operands' ONNX values, its ``+ - * /`` as Add, Sub, Mul and Div, its numbers
+as constants of the compute dtype and each function as its row of FUNCTIONS says (``onnx``: a
+standard operator, Tanh, Erf, Sigmoid, ..., or a formula of others where ONNX has none, log1p as
+``log(1 + e)``). It follows the op's dtype rules: the result dtype is
 torch.result_type(input, weight) (a 0-dim operand does not promote a dimensioned one of its
 category), each operand is cast to it, float16/bfloat16 compute in float32 and round once,
 float32/float64 compute in their own dtype (for ``w * (x * x)`` the op's bits). A reduction is
@@ -27,7 +29,7 @@ import torch
 from torch.onnx import symbolic_helper
 
 import custom_ops  # noqa: F401  (loads the operators)
-from custom_ops._operators import ELEMENTWISE, OPERATORS
+from custom_ops._operators import ELEMENTWISE, FUNCTIONS, OPERATORS
 
 try:
     import numpy as np
@@ -115,6 +117,13 @@ class _Value:
 
     def __pos__(self):
         return self
+
+    def term_function(self, function, *constant):
+        """A function of the term (FUNCTIONS): its ONNX operator, or its formula of others."""
+        if function.onnx.isidentifier() and function.onnx[0].isupper():
+            constants = [self.graph.constant(c) for c in constant]
+            return _Value(self.graph.node(function.onnx, self.value, *constants), self.graph, self.uses)
+        return eval(function.onnx, {"__builtins__": {}, **FUNCTIONS}, {"e": self})  # noqa: S307 (the table's text)
 
 
 def _terms(term, x, w, dtype: int, g=None):

@@ -18,7 +18,7 @@ import torch
 from filelock import FileLock  # a dependency of torch
 
 import environment
-from environment import LIBRARY, REPO, links_libstdcxx_statically
+from environment import LIBRARY, REPO, installed_package_is_this_checkout, links_libstdcxx_statically
 
 torch.ops.load_library(str(LIBRARY))
 
@@ -30,13 +30,15 @@ def device(request):
 
 @pytest.fixture(scope="session")
 def site(tmp_path_factory):
-    """The directory to put on PYTHONPATH for `import custom_ops` (None: already importable).
+    """The directory to put on PYTHONPATH for `import custom_ops` (None: the importable package is
+    this checkout's current code, environment.installed_package_is_this_checkout). An older
+    custom-ops installed in the environment is not used: the package built here shadows it.
 
     Built once per run (a build of the library, minutes on 2 cores) for every module that runs the
     package in a fresh interpreter: test_package, test_library_loading, test_onnx_export. Under
     pytest-xdist the workers share the run's base directory: the first builds under a file lock,
     the others wait for it and reuse the package (pytest-xdist's advice for session fixtures)."""
-    if importlib.util.find_spec("custom_ops") is not None:
+    if installed_package_is_this_checkout():
         return None
     if importlib.util.find_spec("scikit_build_core") is None:
         pytest.fail(

@@ -17,7 +17,8 @@ directory on sys.path).
   term_facts                              which Partial placements a term's math keeps, measured
 
 The library is environment.LIBRARY ($CUSTOM_OPS_LIBRARY, else build/libcustom_ops.so); the rules
-come from the installed custom_ops package when it imports, else from python/custom_ops/sharding.py.
+come from the installed custom_ops package when it is this checkout's and imports, else from
+python/custom_ops/sharding.py.
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import json
-import os
 import pathlib
-import socket
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ import torch
 import torch.distributed as dist
 
 import operators
-from environment import LIBRARY, REPO
+from environment import LIBRARY, REPO, installed_package_is_this_checkout
 
 SHARDING_SOURCE = REPO / "python" / "custom_ops" / "sharding.py"
 WORLD_SIZE = 2
@@ -51,14 +50,15 @@ WORLD_SIZE = 2
 
 
 def load_sharding():
-    """custom_ops.sharding from the installed package (its import registers the rules), else from
-    this checkout's sources."""
-    try:
-        from custom_ops import sharding
+    """custom_ops.sharding from the installed package (its import registers the rules) where that is
+    this checkout's current code, else from this checkout's sources."""
+    if installed_package_is_this_checkout():
+        try:
+            from custom_ops import sharding
 
-        return sharding
-    except ImportError:
-        pass
+            return sharding
+        except ImportError:
+            pass
     name = "_custom_ops_sharding"
     return sys.modules[name] if name in sys.modules else fresh_sharding_module(name)
 
@@ -288,8 +288,7 @@ def check_second_order(call, composite, mesh, x, w, g, px, pw):
     torch.testing.assert_close(hw.full_tensor(), ew, msg=lambda m: f"second order, weight: {m}")
 
 
-def _rank_main(rank, port, backend, device_type, result_dir, cases):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE))
+def _rank_main(rank, backend, device_type, result_dir, cases, timeout_s):
     torch.set_num_threads(1)
     results = {"cases": [], "failures": []}
     started = time.perf_counter()
@@ -299,7 +298,17 @@ def _rank_main(rank, port, backend, device_type, result_dir, cases):
     results["registered_again"] = sharding.register()  # idempotent
     if device_type == "cuda":
         torch.cuda.set_device(rank)
-    dist.init_process_group(backend, rank=rank, world_size=WORLD_SIZE, timeout=datetime.timedelta(seconds=60))
+    # A FileStore in the run's own directory, not a TCP port: a free port picked in the test could be
+    # taken by another process before the ranks bind it. Every wait, the rendezvous with a rank still
+    # starting on busy cores included, may take the whole run's deadline: the harness's deadline,
+    # not a collective's timeout, is what ends a hung run.
+    dist.init_process_group(
+        backend,
+        init_method=pathlib.Path(result_dir, "store").as_uri(),
+        rank=rank,
+        world_size=WORLD_SIZE,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
     try:
         from torch.distributed.device_mesh import init_device_mesh
 
@@ -331,12 +340,6 @@ def _describe(error):
 # ---------------------------------------------------------------------------------------------
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_on_ranks(cases, backend, op, deadline_s):
     """Every case of `cases()` (a module-level generator of (name, run): run(mesh=, device=) returns
     the record to report) on WORLD_SIZE spawned ranks of `backend` (gloo on CPU, nccl on CUDA; skipped
@@ -355,7 +358,7 @@ def run_on_ranks(cases, backend, op, deadline_s):
     with tempfile.TemporaryDirectory() as result_dir:
         context = mp.start_processes(
             _rank_main,
-            args=(free_port(), backend, device_type, result_dir, cases),
+            args=(backend, device_type, result_dir, cases, deadline_s),
             nprocs=WORLD_SIZE,
             join=False,
             start_method="spawn",

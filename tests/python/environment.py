@@ -11,10 +11,14 @@ directory on sys.path). conftest.py loads LIBRARY before any test module is impo
   CUDA_BUILT  the loaded library registered CUDA kernels
   DEVICES     parameters for a device-parametrized test: cpu, and cuda when it can run
   run_with_cpu_capability(code, capability)  Python code in a fresh process under ATEN_CPU_CAPABILITY
+  campaign_settings(**kwargs)  a Hypothesis campaign's settings: derandomized unless CUSTOM_OPS_NEW_SEEDS=1
+  installed_package_is_this_checkout()  whether the importable custom_ops is this tree's code
 """
 
+import importlib.util
 import os
 import pathlib
+import runpy
 import shutil
 import subprocess
 import sys
@@ -83,3 +87,36 @@ def run_with_cpu_capability(code: str, capability: str) -> str:
     words = result.stdout.split()
     assert result.returncode == 0 and words and words[-1] == "ok", result.stdout[-2000:] + result.stderr[-3000:]
     return result.stdout
+
+
+def campaign_settings(**kwargs):
+    """Hypothesis settings for a property campaign, with its own `kwargs` (max_examples, deadline,
+    suppress_health_check...). The same examples in every run (derandomized, no example database:
+    `make test` passes or fails the same way each time); CUSTOM_OPS_NEW_SEEDS=1 draws new ones, and
+    a failure then prints the @reproduce_failure line that replays it (print_blob)."""
+    from hypothesis import settings  # imported here: the modules that run campaigns skip without it
+
+    new_seeds = os.environ.get("CUSTOM_OPS_NEW_SEEDS") or "0"
+    if new_seeds not in ("0", "1"):
+        raise ValueError(f"CUSTOM_OPS_NEW_SEEDS={new_seeds!r}: 1 (new random examples) or 0 (the fixed ones)")
+    return settings(derandomize=new_seeds == "0", database=None, print_blob=True, **kwargs)
+
+
+def installed_package_is_this_checkout() -> bool:
+    """Whether the importable `custom_ops` package is this checkout's current code: every .py file
+    of python/custom_ops byte-identical, built against the running torch release. An older
+    custom-ops installed in the environment is not (its tests would import stale code: a newly
+    generated operator missing). Read from its files, not imported: this process already loaded
+    LIBRARY, and the package would load its own copy."""
+    spec = importlib.util.find_spec("custom_ops")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    installed = pathlib.Path(spec.submodule_search_locations[0])
+    for source in (REPO / "python" / "custom_ops").glob("*.py"):
+        copy = installed / source.name
+        if not copy.is_file() or copy.read_bytes() != source.read_bytes():
+            return False
+    build_info = installed / "_build_info.py"
+    if not build_info.is_file():
+        return False
+    return runpy.run_path(str(build_info))["TORCH_VERSION"].split("+")[0] == torch.__version__.split("+")[0]

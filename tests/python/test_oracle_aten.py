@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """ATen as the oracle for every overload of every operator in oracle.OPERATORS (issue 20).
 
-Hypothesis (fixed seed, no example database) draws calls and oracle.judge runs each through ATen
+Hypothesis (fixed seed, no example database; new seeds with CUSTOM_OPS_NEW_SEEDS=1:
+environment.campaign_settings) draws calls and oracle.judge runs each through ATen
 and ours on identical copies; see oracle.py for the outcomes it accepts. Draws:
   dtypes    float16, bfloat16, float32, float64 mostly; uint8, int8, int32, int64, bool,
             complex64, complex128 too; requires_grad on float/complex operands now and then
@@ -22,11 +23,12 @@ import pytest
 import torch
 
 import oracle
+from environment import campaign_settings
 from operators import each_elementwise_operator
 from oracle import FLOAT_DTYPES, FUNCTIONAL, INPLACE, OTHER_DTYPES, Buffer, Case, Same, View
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, note, settings  # noqa: E402
+from hypothesis import HealthCheck, given, note  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 MIN_EXAMPLES_PER_DEVICE = 3000
@@ -257,12 +259,9 @@ OVERLOAD_NAMES = list(oracle.OVERLOADS)
 
 
 def _settings(examples):
-    return settings(
+    return campaign_settings(
         max_examples=examples,
-        derandomize=True,  # the same examples in every run
-        database=None,
         deadline=None,
-        print_blob=True,
         suppress_health_check=[
             HealthCheck.function_scoped_fixture,
             HealthCheck.too_slow,

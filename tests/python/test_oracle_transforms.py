@@ -2,10 +2,11 @@
 """The ATen oracle under function transforms: torch.func.grad, torch.func.jvp and torch.vmap of
 every overload in oracle.OPERATORS, against the same transform of the composite (issue 20).
 
-Hypothesis (fixed seed, no example database) draws calls as test_oracle_aten.py does (dtypes float
-and not, shapes 0-dim / empty / broadcast both ways / not broadcastable, transposed, permuted,
-sliced, expanded and offset views) and oracle.judge_transform runs each through ours and the
-composite under the transform; see oracle.py for the outcomes it accepts. Per transform:
+Hypothesis (fixed seed, no example database; new seeds with CUSTOM_OPS_NEW_SEEDS=1) draws calls
+as test_oracle_aten.py does (dtypes float and not, shapes 0-dim / empty / broadcast both ways / not
+broadcastable, transposed, permuted, sliced, expanded and offset views) and
+oracle.judge_transform runs each through ours and the composite under the transform; see oracle.py
+for the outcomes it accepts. Per transform:
   grad  of (result * cotangent).sum() w.r.t. the input, the weight or both; in place on a clone
         of the input, now and then on the differentiated input itself (a leaf: both raise);
         out= into a captured tensor (both raise: out= is not differentiable)

@@ -3,10 +3,11 @@
 loading and version checks, then each operator's typed wrapper and Inductor decomposition
 (operators.py's table: lazy registration, the opt-out, the on-disk cache key).
 
-Uses the installed package when `custom_ops` is importable, else builds it once per session with
-`pip install --no-build-isolation --no-deps --target <tmp>` (conftest.py's `site` fixture; CPU
-kernels only, about 4 minutes on 2 cores). Every check runs in a fresh interpreter: this test
-process already loaded another copy of the library (conftest), and one process can hold only one.
+Uses the installed package when the importable `custom_ops` is this checkout's current code, else
+builds it once per session with `pip install --no-build-isolation --no-deps --target <tmp>`
+(conftest.py's `site` fixture; CPU kernels only, about 4 minutes on 2 cores). Every check runs in
+a fresh interpreter: this test process already loaded another copy of the library (conftest), and
+one process can hold only one.
 """
 
 import json
@@ -541,7 +542,7 @@ def test_on_disk_cache_does_not_cross_states(site, op, tmp_path, monkeypatch):
 def test_make_wheel_repairs_the_wheel_into_a_manylinux_one_without_torch(site, tmp_path):
     # The package as pip installed it (its files and dist-info, a RECORD of them), zipped as the wheel
     # pip built, then scripts/packaging/repair-wheel.sh as make wheel runs it (auditwheel from PyPI
-    # into .venv-wheel).
+    # into the checkout's .venv-wheel; skipped where it is not there and cannot be installed).
     import base64
     import hashlib
     import zipfile
@@ -571,7 +572,10 @@ def test_make_wheel_repairs_the_wheel_into_a_manylinux_one_without_torch(site, t
         capture_output=True,
         text=True,
         timeout=900,
+        cwd=tmp_path,  # the script finds the checkout itself
     )
+    if result.returncode == 3:
+        pytest.skip(result.stderr.strip().splitlines()[-1])
     assert result.returncode == 0, result.stdout + result.stderr
     (repaired,) = out.glob("*.whl")
     assert re.fullmatch(rf"custom_ops-{re.escape(version)}-py3-none-manylinux_2_\d+_x86_64\.whl", repaired.name)

@@ -5,13 +5,14 @@ threads   8 Python threads call every overload at once on different data (the di
           releases the GIL, so they really run together, also against ATen's own CPU thread
           pool on tensors past its grain size); every result is right.
 streams   the kernels run on the current stream, never the default one: work queued on a side
-          stream after a long sleep is waited for, and work queued on the default stream is
-          neither waited for nor used.
+          stream behind a gate the host opens later is waited for, and the default stream, held
+          at such a gate, is neither waited for nor used.
 graphs    weighted_sum.out and weighted_sum captured into a CUDA graph replay with new data.
 devices   tensors on cuda:1 while cuda:0 is current run on cuda:1 (needs two GPUs).
 autograd  forward and backward on a side stream give the right gradients.
 """
 
+import functools
 import threading
 
 import pytest
@@ -154,12 +155,57 @@ def test_eight_threads_each_on_its_own_cuda_stream_all_get_right_results():
 # ---------------------------------------------------------------------------------------------
 
 # Cycles for torch.cuda._sleep: a few hundred milliseconds at any H100/H200 clock, long next to
-# the microseconds the op's own work takes.
+# the microseconds the op's own work takes. Where the host only queues work during the sleep (the
+# two-GPU and autograd tests below), a host slower than the sleep makes the test weaker, never fail.
 SLEEP_CYCLES = 1_000_000_000
+
+# A gate: one GPU thread spinning on a flag in pinned host memory, which holds its stream until the
+# host opens it, however long the host takes (a sleep's end races the host thread, which may be
+# descheduled at any point). A kernel, not a stream wait (cuStreamWaitValue32): a wait would also
+# block the streams that share its hardware queue. It opens by itself after GATE_TIMEOUT_S, so an
+# op that waits for it fails the test instead of hanging it.
+GATE_TIMEOUT_S = 300
+GATE_SOURCE = r"""
+extern "C" __global__ void hold_until_opened(volatile int* state) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  while (state[0] == 0) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start > TIMEOUT_NSull) {
+      state[1] = 1;
+      return;
+    }
+    __nanosleep(1000);
+  }
+}
+""".replace("TIMEOUT_NS", str(GATE_TIMEOUT_S * 10**9))
+
+
+@functools.cache
+def _gate_kernel():
+    return torch.cuda._compile_kernel(GATE_SOURCE, "hold_until_opened")
+
+
+class Gate:
+    """hold() queues the gate on the current stream; open() lets the stream pass it; expired(),
+    once the stream has passed, whether it opened by itself after GATE_TIMEOUT_S."""
+
+    def __init__(self):
+        self.state = torch.zeros(2, dtype=torch.int32).pin_memory()  # [opened, expired]
+
+    def hold(self):
+        _gate_kernel()(args=[self.state])
+
+    def open(self):
+        self.state[0] = 1
+
+    def expired(self):
+        return bool(self.state[1])
 
 
 def _warm_up(x, w):
-    """Loads every kernel the stream tests use, so no lazy module load synchronizes mid-test."""
+    """Loads every kernel the stream tests use, so no lazy module load synchronizes mid-test (while
+    a gate holds a stream, a load that waits for the device would wait for the gate)."""
     out = torch.empty_like(expected(x, w))
     OPS.weighted_sum.out(x, w, out=out)
     OPS.weighted_sum(x, w)
@@ -169,14 +215,17 @@ def _warm_up(x, w):
     host.copy_(out, non_blocking=True)
     out.copy_(host, non_blocking=True)
     torch.cuda._sleep(1000)
+    gate = Gate()
+    gate.open()
+    gate.hold()
     torch.cuda.synchronize(x.device)
 
 
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_op_on_a_side_stream_waits_for_that_streams_earlier_work(dtype):
-    """Inputs are written on the side stream after a long sleep: run anywhere else, the op
-    would read the NaNs they held before."""
+    """Inputs are written on the side stream behind a gate, which opens once the default stream
+    has run all it was given: run there (or anywhere else), the op would read the NaNs they held."""
     side = torch.cuda.Stream()
     host_x = torch.randn(1000, 257).to(dtype).pin_memory()
     host_w = torch.randn(257).to(dtype).pin_memory()
@@ -184,16 +233,22 @@ def test_op_on_a_side_stream_waits_for_that_streams_earlier_work(dtype):
     w = torch.full(host_w.shape, float("nan"), dtype=dtype, device="cuda")
     _warm_up(x, w)
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(SLEEP_CYCLES)
-        x.copy_(host_x, non_blocking=True)
-        w.copy_(host_w, non_blocking=True)
-        result = OPS.weighted_sum(x, w)
-        out = torch.empty_like(result)
-        OPS.weighted_sum.out(x, w, out=out)
-        s = x.clone()
-        OPS.weighted_sum_(s, w)
+    gate = Gate()
+    try:
+        with torch.cuda.stream(side):
+            gate.hold()
+            x.copy_(host_x, non_blocking=True)
+            w.copy_(host_w, non_blocking=True)
+            result = OPS.weighted_sum(x, w)
+            out = torch.empty_like(result)
+            OPS.weighted_sum.out(x, w, out=out)
+            s = x.clone()
+            OPS.weighted_sum_(s, w)
+        torch.cuda.default_stream().synchronize()
+    finally:
+        gate.open()
     side.synchronize()
+    assert not gate.expired(), f"the op blocked the host until the gate opened by itself ({GATE_TIMEOUT_S} s)"
     want = expected(host_x, host_w)
     assert torch.equal(result.cpu(), want)
     assert torch.equal(out.cpu(), want)
@@ -202,7 +257,8 @@ def test_op_on_a_side_stream_waits_for_that_streams_earlier_work(dtype):
 
 @needs_cuda
 def test_op_on_a_side_stream_never_waits_for_or_runs_on_the_default_stream():
-    """The default stream sleeps; the op's work on the side stream must finish without it."""
+    """The default stream is held at a gate that the host opens only once the side stream's work
+    is done: the op must finish there without it."""
     side = torch.cuda.Stream()
     x = torch.randn(1000, 257, device="cuda")
     w = torch.randn(257, device="cuda")
@@ -215,19 +271,22 @@ def test_op_on_a_side_stream_never_waits_for_or_runs_on_the_default_stream():
 
     default = torch.cuda.default_stream()
     assert torch.cuda.current_stream() == default
-    torch.cuda._sleep(SLEEP_CYCLES)  # on the default stream
-    with torch.cuda.stream(side):
-        result = OPS.weighted_sum(x, w)
-        OPS.weighted_sum.out(x, w, out=out)
-        host_result.copy_(result, non_blocking=True)
-        host_out.copy_(out, non_blocking=True)
-    side.synchronize()
-    still_sleeping = not default.query()
+    gate = Gate()
+    try:
+        gate.hold()  # on the default stream
+        with torch.cuda.stream(side):
+            result = OPS.weighted_sum(x, w)
+            OPS.weighted_sum.out(x, w, out=out)
+            host_result.copy_(result, non_blocking=True)
+            host_out.copy_(out, non_blocking=True)
+        side.synchronize()
+    finally:
+        gate.open()
     torch.cuda.synchronize()
 
-    assert still_sleeping, (
-        "the default stream finished its sleep before the side stream's work: either the op waited "
-        "for the default stream (or the device), or SLEEP_CYCLES is too short for this GPU"
+    assert not gate.expired(), (
+        f"the side stream's work finished only when the default stream's gate opened by itself ({GATE_TIMEOUT_S} s): "
+        "the op waited for the default stream (or the device)"
     )
     assert torch.equal(host_result, want), "the op's kernel did not run on the side stream"
     assert torch.equal(host_out, want), "the out= kernel did not run on the side stream"

@@ -18,7 +18,7 @@ import torch
 
 from environment import CUDA_BUILT, HAS_GPU, LIBRARY, run_with_cpu_capability
 from reference import DTYPE_PAIRS, FLOAT_DTYPES, LOW_PRECISION, assert_storage_unchanged, dtype_name, storage_snapshot
-from square_sum_reference import assert_matches_exact, composite, exact, make, op
+from square_sum_reference import assert_matches_exact, composite, exact, make, op, reduced_dims
 
 pair_ids = [f"{dtype_name(a)}-{dtype_name(b)}" for a, b in DTYPE_PAIRS]
 needs_cuda = pytest.mark.skipif(not (HAS_GPU and CUDA_BUILT), reason="needs a GPU and the CUDA kernels")
@@ -368,21 +368,50 @@ def test_same_bits_run_to_run(device, case, dtype):
         assert torch.equal(op(x, w, dim), first)
 
 
+def cancelling_operands(x_shape, x_kind, w_shape, dim):
+    """float32 x and w (of both signs) with x scaled where the weight is positive, output by output,
+    so that the positive and negative terms sum to about the same: the result is small next to the
+    partial sums it is made of, so their roundings, which another order changes, show in its bits.
+    Where an output's weight has one sign along the reduced dims nothing cancels; those cases have
+    many outputs instead."""
+    x, w = make(x_shape, torch.float32, "cpu", x_kind), make(w_shape, torch.float32, "cpu")
+    reduced = sorted(reduced_dims(x.dim(), dim))
+    terms = w * x.square()
+    positive = terms.clamp(min=0).sum(reduced, keepdim=True)
+    negative = -terms.clamp(max=0).sum(reduced, keepdim=True)
+    scale = torch.where((positive > 0) & (negative > 0), (negative / positive).sqrt(), 1.0)
+    x.mul_(torch.where(w.expand(x.shape) > 0, scale, 1.0).float())  # in place: x keeps its layout
+    return x, w
+
+
+def rolled(x, w, dim):
+    """The same terms, each output's in another order: rolled by one along every reduced dim."""
+    reduced = sorted(reduced_dims(x.dim(), dim))
+    lead = x.dim() - w.dim()
+    w_dims = [d - lead for d in reduced if d >= lead and w.shape[d - lead] > 1]
+    return x.roll([1] * len(reduced), reduced), w.roll([1] * len(w_dims), w_dims) if w_dims else w
+
+
+# A sum in another order keeps the bits of one output up to 1 time in 3 (measured with rolled():
+# a pairwise sum's result is a multiple of its last partials' ulp and errs by a few of them), so a
+# sum whose order followed the thread count would pass all these draws less than once in 10**7
+# runs (cases of many outputs: far less often).
+THREAD_COUNT_DRAWS = 16
+
+
 @pytest.mark.parametrize("case", list(DETERMINISM_CASES))
 def test_same_bits_for_every_cpu_thread_count(case):
-    # Summed in another order, a float32 sum usually, not always, rounds to other bits: values of a
-    # wide range (rounding errors larger than the result's ulp) and a few draws make a sum whose
-    # order follows the thread count show.
     x_shape, x_kind, w_shape, dim = DETERMINISM_CASES[case]
     threads = torch.get_num_threads()
-    for _ in range(3):
-        x = make(x_shape, torch.float32, "cpu", x_kind) * torch.randn(x_shape).mul(2).exp()
-        w = make(w_shape, torch.float32, "cpu")
+    reorders_seen = 0
+    for _ in range(THREAD_COUNT_DRAWS):
+        x, w = cancelling_operands(x_shape, x_kind, w_shape, dim)
         try:
             results = {}
             for n in (1, 2, 3, 8):  # more threads than cores still splits the work n ways
                 torch.set_num_threads(n)
                 results[n] = op(x, w, dim)
+            reorders_seen += not torch.equal(op(*rolled(x, w, dim), dim), results[1])
         finally:
             torch.set_num_threads(threads)
         for n, result in results.items():
@@ -391,7 +420,9 @@ def test_same_bits_for_every_cpu_thread_count(case):
                 f"{n} threads: other bits than 1 thread at {int(differ.sum())} of {differ.numel()} elements, "
                 f"e.g. {result[differ].flatten()[:3].tolist()} vs {results[1][differ].flatten()[:3].tolist()}"
             )
-        assert_matches_exact(results[1], x, w, dim)
+    assert_matches_exact(results[1], x, w, dim)
+    # The control: these data do show a change of order (else the check above could not fail).
+    assert reorders_seen > 0, "the same terms in another order summed to the same bits in every draw"
 
 
 # ------------------------------------------------------------------ direct writes, totals

@@ -187,10 +187,16 @@ def test_weight_gradient_at_least_as_accurate_as_sum_to(device, case, dtype, sig
     summed = ((xc * xc) * gc).to(dtype).sum_to_size(w_shape)
     ours = (grad_weight.double() - exact).abs().mean()
     theirs = (summed.double() - exact).abs().mean()
-    # Half precision: no half-precision temporary, so strictly better. float32: both are near the
-    # one final rounding, so equal up to the noise of which way 64 roundings fall.
-    factor = 1.25 if dtype == torch.float32 else 1.0
-    assert ours <= factor * theirs, f"ours {ours.item():.3g} vs sum_to {theirs.item():.3g}"
+    # Half precision: no half-precision temporary, so better, up to the float32 sum's own rounding
+    # (half a float32 ulp of the mean result), which now and then rounds a result next to a
+    # half-precision tie the other way. float32: two float32 sums of the same accuracy, so which
+    # lands nearer is chance: the mean over 64 channels varies by about 13% from draw to draw (ours
+    # reached 1.45x sum_to's in a few hundred draws), hence 1.5x, plus that rounding, which is all of
+    # the error where both sums are nearly exact. A sum whose error grows with its length
+    # (sequential over 2^15 terms) errs by 40 to 80 such half ulps and still fails.
+    factor = 1.5 if dtype == torch.float32 else 1.0
+    bound = factor * theirs + 2.0**-24 * exact.abs().mean()
+    assert ours <= bound, f"ours {ours.item():.3g} vs sum_to {theirs.item():.3g} (bound {bound.item():.3g})"
 
 
 @pytest.mark.parametrize("layout", ["row_130x1024", "column_6x4500", "nchw_2x4x50x60"])

@@ -21,6 +21,8 @@
 // ATen's, never an error.
 #pragma once
 
+#include <cmath>
+
 #include <c10/macros/Macros.h>
 
 // clang-format off
