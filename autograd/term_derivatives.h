@@ -34,13 +34,9 @@ struct Number<at::Tensor> {
 template <>
 struct Functions<at::Tensor> {
 #define CUSTOM_OPS_TENSOR_FUNCTION(name, f32, f64, vectorized, tensor) \
-  static at::Tensor name(const at::Tensor& v) {                        \
-    return tensor;                                                     \
-  }
+  static at::Tensor name(const at::Tensor& v) { return tensor; }
 #define CUSTOM_OPS_TENSOR_FUNCTION_OF_A_CONSTANT(name, f32, f64, vectorized, tensor) \
-  static at::Tensor name(const at::Tensor& v, double c) {                            \
-    return tensor;                                                                   \
-  }
+  static at::Tensor name(const at::Tensor& v, double c) { return tensor; }
   CUSTOM_OPS_TERM_FUNCTIONS(CUSTOM_OPS_TENSOR_FUNCTION)
   CUSTOM_OPS_TERM_FUNCTIONS_OF_A_CONSTANT(CUSTOM_OPS_TENSOR_FUNCTION_OF_A_CONSTANT)
 #undef CUSTOM_OPS_TENSOR_FUNCTION

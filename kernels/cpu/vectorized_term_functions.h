@@ -15,13 +15,9 @@ template <typename S>
 struct Functions<at::vec::Vectorized<S>> {
   using V = at::vec::Vectorized<S>;
 #define CUSTOM_OPS_VECTORIZED_FUNCTION(name, f32, f64, vectorized, tensor) \
-  static V name(const V& v) {                                              \
-    return vectorized;                                                     \
-  }
+  static V name(const V& v) { return vectorized; }
 #define CUSTOM_OPS_VECTORIZED_FUNCTION_OF_A_CONSTANT(name, f32, f64, vectorized, tensor) \
-  static V name(const V& v, double c) {                                                  \
-    return vectorized;                                                                   \
-  }
+  static V name(const V& v, double c) { return vectorized; }
   CUSTOM_OPS_TERM_FUNCTIONS(CUSTOM_OPS_VECTORIZED_FUNCTION)
   CUSTOM_OPS_TERM_FUNCTIONS_OF_A_CONSTANT(CUSTOM_OPS_VECTORIZED_FUNCTION_OF_A_CONSTANT)
 #undef CUSTOM_OPS_VECTORIZED_FUNCTION

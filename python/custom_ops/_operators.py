@@ -103,6 +103,19 @@ class Function:
     ulps: tuple[float, float] = (0.0, 0.0)
     constant: bool = False  # takes a constant second argument: name(e, c)
 
+    def derivative_at(self, e, *constant):
+        """The derivative formula evaluated at e (a number, a tensor, a value class's)."""
+        return _evaluate(self.derivative, e, *constant)
+
+    @property
+    def onnx_operator(self) -> str | None:
+        """The standard ONNX operator that computes it; None where ``onnx`` is a formula of others."""
+        return self.onnx if self.onnx.isidentifier() and self.onnx[0].isupper() else None
+
+    def onnx_formula(self, e):
+        """``onnx`` (a formula over e of the other functions) evaluated on e's value class."""
+        return _evaluate(self.onnx, e)
+
     def __call__(self, e, *constant):
         apply = getattr(e, "term_function", None)  # a value class of the package's (ONNX, sharding)
         if apply is not None:
@@ -110,6 +123,18 @@ class Function:
         if isinstance(e, (int, float)) or type(e).__name__ == "Fraction":
             return self.number(float(e), *constant)
         return self.tensor(e, *constant)
+
+
+def _evaluate(text: str, e, *constant):
+    """A row's formula over e (and c) with the table's functions: the row's own text, not input."""
+    return eval(text, {"__builtins__": {}, **FUNCTIONS}, {"e": e, "c": constant[0] if constant else None})
+
+
+def function_calls(text: str) -> list[str]:
+    """The table's functions a formula's text calls, once per call."""
+    import re
+
+    return [name for name in re.findall(r"\b(\w+)\s*\(", text) if name in FUNCTIONS]
 
 
 def _step(e: float) -> float:
@@ -174,8 +199,9 @@ FUNCTIONS = {
         Function("sqrt", "0.5 / sqrt(e)", lambda e: e.sqrt(), _guarded(math.sqrt), "Sqrt", (1, 1)),
         Function("rsqrt", "-0.5 * rsqrt(e) / e", lambda e: e.rsqrt(), _guarded(_rsqrt), "1 / sqrt(e)", (1, 2)),
         Function("tanh", "1 - tanh(e) * tanh(e)", lambda e: e.tanh(), _guarded(math.tanh), "Tanh", (2, 2)),
-        Function("sigmoid", "sigmoid(e) * (1 - sigmoid(e))", lambda e: e.sigmoid(),
-                 _guarded(_sigmoid), "Sigmoid", (3, 4)),  # fmt: skip
+        Function(
+            "sigmoid", "sigmoid(e) * (1 - sigmoid(e))", lambda e: e.sigmoid(), _guarded(_sigmoid), "Sigmoid", (3, 4)
+        ),
         Function("erf", "1.1283791670955126 * exp(-(e * e))", lambda e: e.erf(), _guarded(math.erf), "Erf", (2, 2)),
         Function("sin", "cos(e)", lambda e: e.sin(), _guarded(math.sin), "Sin", (1, 2)),
         Function("cos", "-sin(e)", lambda e: e.cos(), _guarded(math.cos), "Cos", (1, 2)),
@@ -207,10 +233,8 @@ class Term:
         """Whether any formula calls a function (FUNCTIONS): then its values are those functions'
         implementations' (Sleef, libm, ATen), which agree within a few units in the last place but
         not bit for bit, so the term's results are not the composite's bits."""
-        import re
-
         texts = [expression(getattr(self, f)) or "" for f in ("value", "dx", "dw", "dxx", "dxw", "dww")]
-        return any(re.search(rf"\b{name}\s*\(", text) for text in texts for name in FUNCTIONS)
+        return any(function_calls(text) for text in texts)
 
     @property
     def dw_reads_weight(self) -> bool:

@@ -29,7 +29,7 @@ import torch
 from torch.onnx import symbolic_helper
 
 import custom_ops  # noqa: F401  (loads the operators)
-from custom_ops._operators import ELEMENTWISE, FUNCTIONS, OPERATORS
+from custom_ops._operators import ELEMENTWISE, OPERATORS
 
 try:
     import numpy as np
@@ -120,10 +120,10 @@ class _Value:
 
     def term_function(self, function, *constant):
         """A function of the term (FUNCTIONS): its ONNX operator, or its formula of others."""
-        if function.onnx.isidentifier() and function.onnx[0].isupper():
-            constants = [self.graph.constant(c) for c in constant]
-            return _Value(self.graph.node(function.onnx, self.value, *constants), self.graph, self.uses)
-        return eval(function.onnx, {"__builtins__": {}, **FUNCTIONS}, {"e": self})  # noqa: S307 (the table's text)
+        if function.onnx_operator is None:
+            return function.onnx_formula(self)
+        constants = [self.graph.constant(c) for c in constant]
+        return _Value(self.graph.node(function.onnx_operator, self.value, *constants), self.graph, self.uses)
 
 
 def _terms(term, x, w, dtype: int, g=None):

@@ -28,18 +28,18 @@ struct Row {
   at::Tensor (*tensor)(const at::Tensor&, double);
 };
 
-#define CUSTOM_OPS_TEST_ROW(name, ...)                                                             \
-  Row{#name,                                                                                       \
-      [](float v, double) { return Functions<float>::name(v); },                                   \
-      [](double v, double) { return Functions<double>::name(v); },                                 \
-      [](const at::vec::Vectorized<float>& v, double) { return Functions<decltype(v + v)>::name(v); }, \
+#define CUSTOM_OPS_TEST_ROW(name, ...)                                                                  \
+  Row{#name,                                                                                            \
+      [](float v, double) { return Functions<float>::name(v); },                                        \
+      [](double v, double) { return Functions<double>::name(v); },                                      \
+      [](const at::vec::Vectorized<float>& v, double) { return Functions<decltype(v + v)>::name(v); },  \
       [](const at::vec::Vectorized<double>& v, double) { return Functions<decltype(v + v)>::name(v); }, \
       [](const at::Tensor& v, double) { return custom::fn::name(v); }},
-#define CUSTOM_OPS_TEST_ROW_OF_A_CONSTANT(name, ...)                                                  \
-  Row{#name,                                                                                          \
-      [](float v, double c) { return Functions<float>::name(v, c); },                                 \
-      [](double v, double c) { return Functions<double>::name(v, c); },                               \
-      [](const at::vec::Vectorized<float>& v, double c) { return Functions<decltype(v + v)>::name(v, c); }, \
+#define CUSTOM_OPS_TEST_ROW_OF_A_CONSTANT(name, ...)                                                         \
+  Row{#name,                                                                                                 \
+      [](float v, double c) { return Functions<float>::name(v, c); },                                        \
+      [](double v, double c) { return Functions<double>::name(v, c); },                                      \
+      [](const at::vec::Vectorized<float>& v, double c) { return Functions<decltype(v + v)>::name(v, c); },  \
       [](const at::vec::Vectorized<double>& v, double c) { return Functions<decltype(v + v)>::name(v, c); }, \
       [](const at::Tensor& v, double c) { return custom::fn::name(v, c); }},
 
@@ -66,8 +66,8 @@ at::Tensor aten(const std::string& name, const at::Tensor& v, double c) {
 }
 
 std::vector<double> points() {
-  std::vector<double> result = {0.0, -0.0, 1e-30, -1e-30, 1e-8, -1e-8, 0.5, -0.5, 1.0, -1.0, 3.0, -3.0, 20.0,
-                                -20.0, 88.0, -88.0, 100.0, -100.0, 1e30, -1e30};
+  std::vector<double> result = {0.0, -0.0, 1e-30, -1e-30, 1e-8, -1e-8, 0.5,   -0.5,   1.0,  -1.0,
+                                3.0, -3.0, 20.0,  -20.0,  88.0, -88.0, 100.0, -100.0, 1e30, -1e30};
   for (int i = -40; i <= 40; ++i) {
     result.push_back(i * 0.173);
   }
@@ -127,9 +127,9 @@ TEST(TermFunctions, EveryColumnAgreesWithAtenOnEveryType) {
 // The conventions ATen's derivatives take where a function is not differentiable.
 TEST(TermFunctions, NonDifferentiablePointsTakeAtensConventions) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_EQ(Functions<float>::sign(0.0f), 0.0f);    // abs'(0) = 0
-  EXPECT_EQ(Functions<double>::step(0.0), 0.0);     // relu'(0) = 0
-  EXPECT_EQ(Functions<double>::step(nan), 1.0);     // relu's backward passes a nan input's gradient
+  EXPECT_EQ(Functions<float>::sign(0.0f), 0.0f);  // abs'(0) = 0
+  EXPECT_EQ(Functions<double>::step(0.0), 0.0);  // relu'(0) = 0
+  EXPECT_EQ(Functions<double>::step(nan), 1.0);  // relu's backward passes a nan input's gradient
   EXPECT_TRUE(std::isnan(Functions<double>::relu(nan)));
   EXPECT_EQ(Functions<at::vec::Vectorized<float>>::step(at::vec::Vectorized<float>(0.0f))[0], 0.0f);
   EXPECT_EQ(Functions<at::vec::Vectorized<float>>::step(at::vec::Vectorized<float>(NAN))[0], 1.0f);

@@ -43,7 +43,7 @@ def package_module(name):
 table = package_module("_operators")
 
 
-def _as_result(value, input, weight):
+def as_result(value, input, weight):
     """A term's value as the op returns it: of the broadcast shape and promoted dtype (a term
     that ignores an operand, or is a constant, still broadcasts and promotes like the op)."""
     weight_shape = weight.shape if isinstance(weight, torch.Tensor) else ()
@@ -61,7 +61,7 @@ def _as_result(value, input, weight):
 
 def term_value(term, input, weight):
     """The term's value on tensors, elementwise: the composite of an elementwise operator."""
-    return _as_result(term.value(input, weight), input, weight)
+    return as_result(term.value(input, weight), input, weight)
 
 
 @dataclasses.dataclass(frozen=True)

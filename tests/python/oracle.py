@@ -48,13 +48,13 @@ OTHER_DTYPES = (torch.uint8, torch.int8, torch.int32, torch.int64, torch.bool, t
 FUNCTIONAL, OUT, INPLACE = "functional", "out", "inplace"
 
 
-
 def layout_rule(input, weight):
     """A tensor laid out as an elementwise operator's new result is (the README's rule, for every
     term): as ATen lays out `weight * input.square()`. Not the composite's own layout: a chain of
     ATen ops gets it from its operation order, which differs from term to term where a
     zero-element result makes several layouts dense at once."""
     return weight * input.square()
+
 
 # One rounding to the dtype, relative (and absolute, for subnormals) to an unrounded float64 value.
 ROUNDING = {
@@ -118,17 +118,7 @@ def sum_exact(term, input, weight, dim=None, keepdim=False, dtype=None):
         return value, magnitude, n, accumulate, None
     # Each term's own error, computed in the accumulation type (term_error.py), summed.
     _, errors = term_error.value_error(term, x, w, accumulate, input.device.type)
-    errors = operators.term_value(lambda_of(errors), x, w)
-    return value, magnitude, n, accumulate, errors.sum(dim, keepdim)
-
-
-def lambda_of(tensor):
-    """A stand-in term whose value is `tensor` (term_value broadcasts it like the op's result)."""
-
-    class Constant:
-        value = staticmethod(lambda x, w: tensor)
-
-    return Constant
+    return value, magnitude, n, accumulate, operators.as_result(errors, x, w).sum(dim, keepdim)
 
 
 def reduction_args(shape, rank):
@@ -570,8 +560,8 @@ def _check_function_term(op, operands, dtype, actual, what):
     x, w = operands["input"], operands["weight"]
     w = w if isinstance(w, torch.Tensor) else torch.tensor(float(w), dtype=torch.float64, device=x.device)
     reference, error = term_error.value_error(op.term, x, w, _opmath(dtype), actual.device.type)
-    reference = operators.term_value(lambda_of(reference), x, w).cpu()
-    error = operators.term_value(lambda_of(error), x, w).cpu()
+    reference = operators.as_result(reference, x, w).cpu()
+    error = operators.as_result(error, x, w).cpu()
     cast = actual.dtype
     u_cast, tiny_cast = ROUNDING[cast]
     limit = torch.finfo(cast).max
@@ -872,7 +862,7 @@ def transform_slack(term):
     texts = [operators.table.expression(f) or "" for f in (term.dx, term.dw, term.dxx, term.dxw, term.dww)]
 
     def roundings(text):
-        calls = sum(max(f.ulps) * len(re.findall(rf"\b{name}\s*\(", text)) for name, f in FUNCTIONS.items())
+        calls = sum(max(FUNCTIONS[name].ulps) for name in operators.table.function_calls(text))
         return sum(text.count(c) for c in "+-*/") + calls
 
     return TRANSFORM_SLACK + max(map(roundings, texts))

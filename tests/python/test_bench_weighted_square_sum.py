@@ -53,7 +53,9 @@ def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
             assert row["median_us"] > 0 and row["gbps"] > 0 and row["vs_compile"] is None
             # vs_sum and vs_sum_same_bytes compare bytes per second, vs_eager times.
             assert row["vs_sum"] == approx_ratio(sum_x["median_us"], row["median_us"], row["bytes"] / sum_x["bytes"])
-            assert row["vs_sum_same_bytes"] == approx_ratio(same["median_us"], row["median_us"], row["bytes"] / same["bytes"])
+            assert row["vs_sum_same_bytes"] == approx_ratio(
+                same["median_us"], row["median_us"], row["bytes"] / same["bytes"]
+            )
             assert row["vs_eager"] == approx_ratio(row["median_us"], variants["eager"]["median_us"])
         assert ours["compile_slow"] is None  # no compile measured
 

@@ -19,7 +19,7 @@ import json
 import pytest
 
 from onnx_harness import EXPORTS, export_and_run
-from operators import ELEMENTWISE, each_operator, table
+from operators import ELEMENTWISE, each_operator
 from test_package import run_python
 
 pytest.importorskip("onnx")
@@ -114,9 +114,9 @@ class _Nodes:
 
     def term_function(self, function, *constant):
         # A standard operator, or the formula of others that stands for it (log1p: Log, Add).
-        if function.onnx.isidentifier() and function.onnx[0].isupper():
-            return _Nodes(self.ops | {function.onnx})
-        return eval(function.onnx, {"__builtins__": {}, **table.FUNCTIONS}, {"e": self})
+        if function.onnx_operator is None:
+            return function.onnx_formula(self)
+        return _Nodes(self.ops | {function.onnx_operator})
 
 
 def expected_ops(op):

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from oracle import layout_rule
 from operators import each_elementwise_operator
+from oracle import layout_rule
 from reference import LAYOUT_NAMES, make_inputs
 
 OPS = torch.ops.custom
@@ -58,7 +58,7 @@ def composite(x, w):
 EMPTY = {
     "empty_middle_dim": lambda: (torch.randn(1, 0, 1), torch.randn(())),
     "empty_strided_111": lambda: (torch.empty_strided((1, 0, 1), (1, 1, 1)), torch.randn(1)),
-    "empty_channels_last": lambda: (torch.randn(2, 3, 0, 5).to(memory_format=torch.channels_last), torch.randn(3, 1, 1)),
+    "empty_channels_last": lambda: (channels_last((2, 3, 0, 5)), torch.randn(3, 1, 1)),
     "empty_transposed": lambda: (torch.randn(0, 4).t(), torch.randn(0)),
     "empty_broadcast_weight": lambda: (torch.randn(4, 1), torch.randn(0, 4).t()),
 }

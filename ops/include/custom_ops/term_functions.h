@@ -95,10 +95,10 @@ struct Functions<double> : ScalarFunctions {};
 
 // What a term calls: fn::tanh(x) is Functions<T>::tanh(x) for whichever T it is evaluated in.
 namespace fn {
-#define CUSTOM_OPS_FUNCTION_ENTRY(name, ...)   \
-  template <typename T>                        \
-  C10_HOST_DEVICE T name(const T& v) {         \
-    return Functions<T>::name(v);              \
+#define CUSTOM_OPS_FUNCTION_ENTRY(name, ...) \
+  template <typename T>                      \
+  C10_HOST_DEVICE T name(const T& v) {       \
+    return Functions<T>::name(v);            \
   }
 #define CUSTOM_OPS_FUNCTION_OF_A_CONSTANT_ENTRY(name, ...) \
   template <typename T>                                    \
