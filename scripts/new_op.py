@@ -400,14 +400,35 @@ class Calculus:
         return left * right if isinstance(tree.op, ast.Mult) else left / right
 
     def partials(self, value: ast.expr) -> dict[str, Any]:
-        """dx, dw, dxx, dxw, dww of the value, each in the shorter of sympy's form and that form
-        with common factors taken out (w * (2 * x + w), not w * x + w * (x + w))."""
+        """dx, dw, dxx, dxw, dww of the value, each the shorter of sympy's form and that form with
+        common factors taken out (w * (2 * x + w), not w * x + w * (x + w)); the expanded forms
+        where neither has constants near the tamest's: exact rationals of a decimal like
+        0.7071067811865476 have huge common factors, and 1.3e-31 * (6.25e+30 - ...) is right on
+        paper but overflows a float16 constant and reads as nonsense."""
+        sympy = self.sympy
         f = self.expression(value, self.variables)
         result = {}
         for name in FORMULAS[1:]:
-            derivative = self.sympy.diff(f, *(self.variables[variable] for variable in name[1:]))
-            result[name] = min((derivative, self.sympy.factor_terms(derivative)), key=lambda e: len(term_text(e)))
+            derivative = sympy.diff(f, *(self.variables[variable] for variable in name[1:]))
+            expanded = sympy.expand(derivative)
+            forms = [derivative, sympy.factor_terms(derivative), expanded, sympy.factor_terms(expanded)]
+            tamest = min(map(constant_spread, forms))
+            tame = [form for form in forms if constant_spread(form) <= tamest + _SPREAD_SLACK]
+            preferred = [form for form in tame if form in forms[:2]] or tame
+            result[name] = min(preferred, key=lambda e: len(term_text(e)))
         return result
+
+
+# How many binary orders of magnitude further from 1 than the tamest form's a chosen form's constants
+# may reach: room for 0.02 * (7 + 10 * x) against 0.14 + 0.2 * x, not for 1e+30 against 1.
+_SPREAD_SLACK = 10
+
+
+def constant_spread(expr) -> float:
+    """How far from 1, in binary orders of magnitude, the furthest constant of a sympy expression is."""
+    import sympy
+
+    return max((abs(math.log2(abs(float(c)))) for c in expr.atoms(sympy.Rational) if c != 0), default=0.0)
 
 
 def term_text(expr) -> str:

@@ -279,6 +279,16 @@ def sympy_value(expr, x, w):
         ),
         pytest.param("3 / (x + w)", {"dx": "-3 * (1 / ((w + x) * (w + x)))"}, id="no-number-divided-by-a-tensor"),
         pytest.param("w * tanh(x)", {"dx": "w * (1 - tanh(x) * tanh(x))", "dxw": "1 - tanh(x) * tanh(x)"}, id="tanh"),
+        pytest.param(
+            "w * x * 0.5 * (1 + erf(x * 0.7071067811865476))",
+            {
+                "dxx": "0.7978845608028654 * w * exp(-0.5000000000000001 * x * x)"
+                " - 0.3989422804014328 * w * x * x * exp(-0.5000000000000001 * x * x)",
+                "dxw": "0.5 + 0.3989422804014327 * x * exp(-0.5000000000000001 * x * x)"
+                " + 0.5 * erf(0.7071067811865476 * x)",
+            },
+            id="no-huge-common-factor-of-a-decimal",  # not 1.2766152972845847e-31 * w * (6.25e+30 - ...)
+        ),
     ],
 )
 def test_the_derived_partials_as_written(value, partials):
