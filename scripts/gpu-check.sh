@@ -10,17 +10,21 @@
 # Where pytest alone needs longer (one GPU, fewer cores for pytest-xdist), split it over two
 # calls: PYTEST_TARGETS picks test files (default tests/python), SKIP_CTEST=1 skips ctest,
 # PYTEST_LIMIT sets its time limit in seconds (default 400), PYTEST_K selects tests by pytest -k
-# (e.g. PYTEST_K="not cpu": CI runs the CPU cases). The functorch headers need nlohmann/json.hpp: carry
+# (e.g. PYTEST_K="not cpu": CI runs the CPU cases). --drill is CI's drill on the GPU, in one call:
+# it writes the drill's operators into this tree (scripts/drill-ops.sh: run it on a scratch copy,
+# as the device machine's is), then builds, runs every C++ test and the drill operators' CUDA
+# Python tests. The functorch headers need nlohmann/json.hpp: carry
 # .deps/nlohmann_json/include (a copy of Debian's nlohmann-json3-dev) to that offline machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BENCH=0 TESTS=1 SANITIZERS=1
+BENCH=0 TESTS=1 SANITIZERS=1 DRILL=0
 for arg in "$@"; do
   case $arg in
     --bench) BENCH=1 ;;
     --bench-only) BENCH=1 TESTS=0 ;;
     --no-sanitizers) SANITIZERS=0 ;;
-    *) echo "usage: $0 [--bench | --bench-only] [--no-sanitizers]" >&2; exit 2 ;;
+    --drill) DRILL=1 ;;
+    *) echo "usage: $0 [--bench | --bench-only] [--no-sanitizers] [--drill]" >&2; exit 2 ;;
   esac
 done
 OUT=${OUT:-$PWD/gpu-check-out}
@@ -61,6 +65,11 @@ rm -f "$OUT/libstdcxx-probe"
   echo "commit ${CUSTOM_OPS_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; } >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
+if [ $DRILL = 1 ]; then
+  drill_ops=$(PYTHON=python3 scripts/drill-ops.sh 2>"$OUT/drill-ops.log") || { cat "$OUT/drill-ops.log"; exit 1; }
+  PYTEST_K="(${drill_ops// / or }) and not cpu"
+  echo "drill operators: $drill_ops" | tee -a "$OUT/machine.txt"
+fi
 step build build.log 300 make install BUILD=$BUILD PREFIX="$PREFIX" CUDA=ON JOBS=$(nproc) || { tail -50 "$OUT/build.log"; exit 1; }
 # The error path formats numbers through libstdc++'s locale: the first thing a second runtime breaks.
 { echo "std::codecvt symbols in the library (0: no private libstdc++): $(nm -DC $BUILD/libcustom_ops.so | grep -c 'std::codecvt')"

@@ -7,9 +7,29 @@
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 
+#include <type_traits>
+
 #include <custom_ops/term_functions.h>
 
 namespace custom {
+
+// ATen's Vectorized<float>::erf (AVX2, AVX-512) is a polynomial good to about 1.5e-7 absolute:
+// hundreds of ulps near 0, where a GELU evaluates it. torch.erf is within an ulp (MKL's or
+// Sleef's), so float vectors call Sleef's 1-ulp erf, which ATen's own vectors compile in (as its
+// Vectorized<double>::erf does); other instruction sets keep ATen's (std::erf per lane).
+template <typename S>
+at::vec::Vectorized<S> vectorized_erf(const at::vec::Vectorized<S>& v) {
+#if defined(CPU_CAPABILITY_AVX512) && !defined(_MSC_VER)
+  if constexpr (std::is_same_v<S, float>) {
+    return Sleef_erff16_u10(v);
+  }
+#elif defined(CPU_CAPABILITY_AVX2) && !defined(_MSC_VER)
+  if constexpr (std::is_same_v<S, float>) {
+    return Sleef_erff8_u10(v);
+  }
+#endif
+  return v.erf();
+}
 
 template <typename S>
 struct Functions<at::vec::Vectorized<S>> {

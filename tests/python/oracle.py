@@ -57,12 +57,7 @@ def layout_rule(input, weight):
 
 
 # One rounding to the dtype, relative (and absolute, for subnormals) to an unrounded float64 value.
-ROUNDING = {
-    torch.float16: (2.0**-11, 2.0**-25),
-    torch.bfloat16: (2.0**-8, 2.0**-134),
-    torch.float32: (2.0**-24, 2.0**-150),
-    torch.float64: (2.0**-53, 0.0),
-}
+ROUNDING = term_error.ROUNDING
 
 # ---------------------------------------------------------------------------------------------
 # The operator table
@@ -556,17 +551,16 @@ def _check_values(op, operands, dtype, actual, what):
 def _check_function_term(op, operands, dtype, actual, what):
     """A term that calls functions: within its running error bound in the op-math type (each
     operation's rounding and each function's documented ulps, carried through the formula:
-    term_error.py) plus one rounding to the result's dtype, of the float64 composite."""
+    term_error.py) plus the roundings to `dtype` and to the result's dtype, of the float64
+    composite."""
     x, w = operands["input"], operands["weight"]
     w = w if isinstance(w, torch.Tensor) else torch.tensor(float(w), dtype=torch.float64, device=x.device)
-    reference, error = term_error.value_error(op.term, x, w, _opmath(dtype), actual.device.type)
-    reference = operators.as_result(reference, x, w).cpu()
-    error = operators.as_result(error, x, w).cpu()
     cast = actual.dtype
-    u_cast, tiny_cast = ROUNDING[cast]
-    limit = torch.finfo(cast).max
+    reference, bound = term_error.result_error(op.term, x, w, dtype, actual.device.type, cast)
+    reference = operators.as_result(reference, x, w).cpu()
+    bound = operators.as_result(bound, x, w).cpu()
+    limit = min(torch.finfo(dtype).max, torch.finfo(cast).max)
     finite = reference.abs() <= limit
-    bound = error + u_cast * (reference.abs() + error) + tiny_cast
     # Past the result dtype's range (or within the error of it), inf of the reference's sign.
     overflow = ~finite & ~reference.isnan()
     actual = actual.detach().cpu().double()

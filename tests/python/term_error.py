@@ -15,6 +15,13 @@ import torch
 # The unit roundoff of each op-math type.
 UNIT = {torch.float32: 2.0**-24, torch.float64: 2.0**-53}
 TINY = {torch.float32: 2.0**-149, torch.float64: 2.0**-1074}
+# A rounding to each dtype: (unit roundoff, absolute floor, half the smallest subnormal).
+ROUNDING = {
+    torch.float16: (2.0**-11, 2.0**-25),
+    torch.bfloat16: (2.0**-8, 2.0**-134),
+    torch.float32: (2.0**-24, 2.0**-150),
+    torch.float64: (2.0**-53, 0.0),
+}
 
 
 class Bounded:
@@ -109,3 +116,14 @@ def value_error(term, x, w, opmath, device_kind):
         value = torch.as_tensor(float(result), dtype=torch.float64)
         return value, unit * value.abs()
     return result.value, result.error
+
+
+def result_error(term, x, w, dtype, device_kind, cast=None):
+    """(the exact float64 value, the bound of the error of the op's result of `dtype`): the term in
+    dtype's op-math type (value_error), rounded once to dtype, and once more to `cast` (an out=
+    tensor's dtype) where that differs."""
+    reference, error = value_error(term, x, w, torch.float64 if dtype == torch.float64 else torch.float32, device_kind)
+    for rounding in dict.fromkeys((dtype, cast or dtype)):
+        unit, tiny = ROUNDING[rounding]
+        error = error + unit * (reference.abs() + error) + tiny
+    return reference, error

@@ -37,7 +37,7 @@
   X(tanh,    ::tanhf(v),                      ::tanh(v),                    v.tanh(),    at::tanh(v))         \
   X(sigmoid, 1.0f / (1.0f + ::expf(-v)),      1.0 / (1.0 + ::exp(-v)),                                        \
              (V(S(1)) + v.neg().exp()).reciprocal(),                                     at::sigmoid(v))      \
-  X(erf,     ::erff(v),                       ::erf(v),                     v.erf(),     at::erf(v))          \
+  X(erf,     ::erff(v),                       ::erf(v),                     vectorized_erf(v), at::erf(v))    \
   X(sin,     ::sinf(v),                       ::sin(v),                     v.sin(),     at::sin(v))          \
   X(cos,     ::cosf(v),                       ::cos(v),                     v.cos(),     at::cos(v))          \
   X(abs,     ::fabsf(v),                      ::fabs(v),                    v.abs(),     at::abs(v))          \
