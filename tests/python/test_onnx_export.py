@@ -19,7 +19,7 @@ import json
 import pytest
 
 from onnx_harness import EXPORTS, export_and_run
-from operators import ELEMENTWISE, each_operator
+from operators import ELEMENTWISE, each_operator, table
 from test_package import run_python
 
 pytest.importorskip("onnx")
@@ -81,13 +81,17 @@ CASES = {{
 
 
 class _Nodes:
-    """Stands for a value in a term's formula; collects the ONNX ops its + - * / need."""
+    """Stands for a value in a term's formula; collects the ONNX ops its + - * / and functions need
+    where the value varies with the input: an op of the weight alone (sigmoid(w)) may be folded into
+    a constant by the exporter's optimizer, since the weight is an initializer."""
 
-    def __init__(self, ops=frozenset()):
-        self.ops = ops
+    def __init__(self, varies, ops=frozenset()):
+        self.varies, self.ops = varies, ops
 
-    def _node(self, kind, other):
-        return _Nodes(self.ops | getattr(other, "ops", frozenset()) | {kind})
+    def _node(self, kind, other=None):
+        varies = self.varies or getattr(other, "varies", False)
+        ops = self.ops | getattr(other, "ops", frozenset())
+        return _Nodes(varies, ops | {kind} if varies else ops)
 
     def __add__(self, other):
         return self._node("Add", other)
@@ -110,19 +114,25 @@ class _Nodes:
         return self._node("Div", other)
 
     def __neg__(self):
-        return _Nodes(self.ops | {"Neg"})
+        return self._node("Neg")
 
     def term_function(self, function, *constant):
         # A standard operator, or the formula of others that stands for it (log1p: Log, Add).
         if function.onnx_operator is None:
             return function.onnx_formula(self)
-        return _Nodes(self.ops | {function.onnx_operator})
+        return self._node(function.onnx_operator)
 
 
 def expected_ops(op):
-    """The ONNX ops the translation of `op` must have: its term's arithmetic, and a reduction's ReduceSum."""
-    ops = getattr(op.term.value(_Nodes(), _Nodes()), "ops", set())
+    """The ONNX ops the translation of `op` must have: its term's arithmetic on the input, and a
+    reduction's ReduceSum."""
+    ops = getattr(op.term.value(_Nodes(varies=True), _Nodes(varies=False)), "ops", set())
     return set(ops) | ({"ReduceSum"} if op.kind != ELEMENTWISE else set())
+
+
+# The standard operators a term's functions translate to (Erf, Sigmoid, ...): where onnxruntime's CPU
+# kernels lack one for a dtype (Erf has float32 alone), that case cannot run there.
+FUNCTION_OPERATORS = {f.onnx_operator for f in table.FUNCTIONS.values() if f.onnx_operator}
 
 
 @pytest.mark.parametrize("how", list(EXPORTS))
@@ -131,7 +141,13 @@ def test_export_runs_in_onnxruntime_like_the_op(site, op, how):
     count, cases = CASES[op.kind]
     report = export_and_run(site, how, "equal" if op.bitwise else "sum", cases.format(name=op.name))
     assert len(report) == count
+    unsupported = {case: entry.pop("unsupported") for case, entry in report.items() if "unsupported" in entry}
+    for case, message in unsupported.items():
+        assert any(f"for {name}(" in message for name in FUNCTION_OPERATORS), (case, message)
+    assert len(unsupported) < count, unsupported
     for case, entry in report.items():
+        if case in unsupported:
+            continue
         assert entry["checks"] == ["ok"] * 4, (case, entry)
         assert expected_ops(op) <= set(entry["ops"]), (case, entry)
         assert not any(op.name in name or "custom" in name for name in entry["ops"]), (case, entry)  # standard ops
