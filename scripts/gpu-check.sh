@@ -10,10 +10,10 @@
 # Where pytest alone needs longer (one GPU, fewer cores for pytest-xdist), split it over two
 # calls: PYTEST_TARGETS picks test files (default tests/python), SKIP_CTEST=1 skips ctest,
 # PYTEST_LIMIT sets its time limit in seconds (default 400), PYTEST_K selects tests by pytest -k
-# (e.g. PYTEST_K="not cpu": CI runs the CPU cases). --drill is CI's drill on the GPU, in one call:
-# it writes the drill's operators into this tree (scripts/drill-ops.sh: run it on a scratch copy,
-# as the device machine's is), then builds, runs every C++ test and the drill operators' CUDA
-# Python tests. The functorch headers need nlohmann/json.hpp: carry
+# (e.g. PYTEST_K="not cpu": CI runs the CPU cases), PYTEST_MARK by pytest -m. --drill is CI's drill
+# on the GPU, in one call: it writes the drill's operators into this tree (scripts/drill-ops.sh:
+# run it on a scratch copy, as the device machine's is), then builds, runs every C++ test and the
+# drill operators' CUDA Python tests. The functorch headers need nlohmann/json.hpp: carry
 # .deps/nlohmann_json/include (a copy of Debian's nlohmann-json3-dev) to that offline machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,7 +67,8 @@ cat "$OUT/machine.txt"
 
 if [ $DRILL = 1 ]; then
   drill_ops=$(PYTHON=python3 scripts/drill-ops.sh 2>"$OUT/drill-ops.log") || { cat "$OUT/drill-ops.log"; exit 1; }
-  PYTEST_K="(${drill_ops// / or }) and not cpu"
+  # The CUDA cases alone, without the slow (CPU-bound packaging and ONNX) ones: CI runs the rest.
+  PYTEST_K="(${drill_ops// / or }) and not cpu" PYTEST_MARK="not slow"
   echo "drill operators: $drill_ops" | tee -a "$OUT/machine.txt"
 fi
 step build build.log 300 make install BUILD=$BUILD PREFIX="$PREFIX" CUDA=ON JOBS=$(nproc) || { tail -50 "$OUT/build.log"; exit 1; }
@@ -85,7 +86,8 @@ if [ $TESTS = 1 ]; then
   # test (-v): a run cut off by its time limit still names each failure, and what never finished.
   PARALLEL=$("$PY" -c "import xdist" 2>/dev/null && echo "-n $(( $(nproc) > 24 ? 16 : $(nproc) / 2 )) --dist loadfile" || true)
   step pytest pytest.log "${PYTEST_LIMIT:-400}" env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
-    "$PY" -m pytest ${PYTEST_TARGETS:-tests/python} -v -rs --durations=15 $PARALLEL ${PYTEST_K:+-k "$PYTEST_K"}
+    "$PY" -m pytest ${PYTEST_TARGETS:-tests/python} -v -rs --durations=15 $PARALLEL ${PYTEST_K:+-k "$PYTEST_K"} \
+    ${PYTEST_MARK:+-m "$PYTEST_MARK"}
   while read -r failed; do summary+=("  $failed"); done < <(grep -oE "(FAILED|ERROR) tests/[^ ]+" "$OUT/pytest.log" | sort -u)
 fi
 # memcheck and racecheck over the CUDA GoogleTests; their small sizes keep them quick.
