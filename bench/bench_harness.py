@@ -63,6 +63,15 @@ class Summed:
     scale: torch.Tensor  # the sum of the terms' absolute values
 
 
+@dataclasses.dataclass
+class Within:
+    """An expected value with the bound of a right result's error, elementwise (a term's error
+    bound, carried through its formula)."""
+
+    value: torch.Tensor
+    bound: torch.Tensor
+
+
 def nbytes(*tensors: torch.Tensor) -> int:
     """Bytes of each tensor's elements (a broadcast weight counts once, at its own size)."""
     return sum(t.numel() * t.element_size() for t in tensors)
@@ -195,7 +204,11 @@ def check(variant: Variant, case, dtype: torch.dtype, out: torch.Tensor | None =
     got = got if isinstance(got, tuple) else (got,)
     try:
         for index, (actual, reference) in enumerate(zip(got, variant.expected(), strict=True)):
-            if isinstance(reference, Summed):
+            if isinstance(reference, Within):
+                excess = (actual.double() - reference.value).abs() - reference.bound
+                if not (excess <= 0).all():  # a NaN fails too
+                    raise AssertionError(f"output {index}: off by up to {float(excess.max())} over its bound")
+            elif isinstance(reference, Summed):
                 if actual.shape != reference.value.shape:
                     raise AssertionError(
                         f"output {index}: shape {tuple(actual.shape)}, not {tuple(reference.value.shape)}"
