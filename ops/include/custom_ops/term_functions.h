@@ -33,28 +33,28 @@
   X(log1p,   ::log1pf(v),                     ::log1p(v),                   v.log1p(),   at::log1p(v))        \
   X(expm1,   ::expm1f(v),                     ::expm1(v),                   v.expm1(),   at::expm1(v))        \
   X(sqrt,    ::sqrtf(v),                      ::sqrt(v),                    v.sqrt(),    at::sqrt(v))         \
-  X(rsqrt,   1.0f / ::sqrtf(v),               1.0 / ::sqrt(v),              v.rsqrt(),   at::rsqrt(v))        \
+  X(rsqrt,   1.0F / ::sqrtf(v),               1.0 / ::sqrt(v),              v.rsqrt(),   at::rsqrt(v))        \
   X(tanh,    ::tanhf(v),                      ::tanh(v),                    v.tanh(),    at::tanh(v))         \
-  X(sigmoid, 1.0f / (1.0f + ::expf(-v)),      1.0 / (1.0 + ::exp(-v)),                                        \
+  X(sigmoid, 1.0F / (1.0F + ::expf(-v)),      1.0 / (1.0 + ::exp(-v)),                                        \
              (V(S(1)) + v.neg().exp()).reciprocal(),                                     at::sigmoid(v))      \
   X(erf,     ::erff(v),                       ::erf(v),                     vectorized_erf(v), at::erf(v))    \
   X(sin,     ::sinf(v),                       ::sin(v),                     v.sin(),     at::sin(v))          \
   X(cos,     ::cosf(v),                       ::cos(v),                     v.cos(),     at::cos(v))          \
   X(abs,     ::fabsf(v),                      ::fabs(v),                    v.abs(),     at::abs(v))          \
-  X(relu,    v < 0.0f ? 0.0f : v,             v < 0.0 ? 0.0 : v,                                              \
+  X(relu,    v < 0.0F ? 0.0F : v,             v < 0.0 ? 0.0 : v,                                              \
              at::vec::clamp_min(v, V(S(0))),                                             at::relu(v))         \
-  X(sign,    float((0.0f < v) - (v < 0.0f)),  double((0.0 < v) - (v < 0.0)),                                  \
+  X(sign,    float((0.0F < v) - (v < 0.0F)),  double((0.0 < v) - (v < 0.0)),                                  \
              v.gt(V(S(0))) - v.lt(V(S(0))),                                              at::sign(v))         \
-  X(step,    v <= 0.0f ? 0.0f : 1.0f,         v <= 0.0 ? 0.0 : 1.0,                                           \
+  X(step,    v <= 0.0F ? 0.0F : 1.0F,         v <= 0.0 ? 0.0 : 1.0,                                           \
              V(S(1)) - v.le(V(S(0))),                      at::logical_not(at::le(v, 0)).to(v.scalar_type()))
 // The one function of a constant c besides e, with the same columns. ATen's pow(tensor, number)
 // computes six exponents as other functions (x * x, sqrt, ...), whose results differ from pow's
 // where pow(-inf, 0.5) is inf and sqrt(-inf) nan; so does this row, for the composite's results.
 #define CUSTOM_OPS_POW_AS_ATEN(one, root, other)                                                              \
-  (c == 2.0 ? v * v : c == 3.0 ? v * v * v : c == 0.5 ? root : c == -0.5 ? one / root                        \
-   : c == -1.0 ? one / v : c == -2.0 ? one / (v * v) : other)
+  (c == 2.0 ? v * v : c == 3.0 ? v * v * v : c == 0.5 ? (root) : c == -0.5 ? (one) / (root)                  \
+   : c == -1.0 ? (one) / v : c == -2.0 ? (one) / (v * v) : (other))
 #define CUSTOM_OPS_TERM_FUNCTIONS_OF_A_CONSTANT(X)                                                            \
-  X(pow,     CUSTOM_OPS_POW_AS_ATEN(1.0f, ::sqrtf(v), ::powf(v, static_cast<float>(c))),                     \
+  X(pow,     CUSTOM_OPS_POW_AS_ATEN(1.0F, ::sqrtf(v), ::powf(v, static_cast<float>(c))),                     \
              CUSTOM_OPS_POW_AS_ATEN(1.0, ::sqrt(v), ::pow(v, c)),                                              \
              CUSTOM_OPS_POW_AS_ATEN(V(S(1)), v.sqrt(), v.pow(V(static_cast<S>(c)))),                           \
                                                                                           at::pow(v, c))
