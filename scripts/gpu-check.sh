@@ -8,7 +8,7 @@
 # the benchmark), --no-sanitizers (skip memcheck and racecheck). One command may run 10 minutes
 # on the device machine, so there: `--no-sanitizers` (build, ctest, pytest), then `--bench-only`.
 # Where pytest alone needs longer (one GPU, fewer cores for pytest-xdist), split it over two
-# calls: PYTEST_TARGETS picks test files (default tests/python), SKIP_CTEST=1 skips ctest,
+# calls: PYTEST_TARGETS picks test files (default tests/python), SKIP_CTEST=1 skips ctest, SKIP_PYTEST=1 pytest,
 # PYTEST_LIMIT sets its time limit in seconds (default 400), PYTEST_K selects tests by pytest -k
 # (e.g. PYTEST_K="not cpu": CI runs the CPU cases), PYTEST_MARK by pytest -m. --drill is CI's drill
 # on the GPU, in one call: it writes the drill's operators into this tree (scripts/drill-ops.sh:
@@ -85,7 +85,7 @@ if [ $TESTS = 1 ]; then
   # file stays in one process, as in make test: its campaign and count test together). One line a
   # test (-v): a run cut off by its time limit still names each failure, and what never finished.
   PARALLEL=$("$PY" -c "import xdist" 2>/dev/null && echo "-n $(( $(nproc) > 24 ? 16 : $(nproc) / 2 )) --dist loadfile" || true)
-  step pytest pytest.log "${PYTEST_LIMIT:-400}" env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
+  [ "${SKIP_PYTEST:-0}" = 1 ] || step pytest pytest.log "${PYTEST_LIMIT:-400}" env CUSTOM_OPS_LIBRARY="$PREFIX/lib/libcustom_ops.so" CUSTOM_OPS_PREFIX="$PREFIX" \
     "$PY" -m pytest ${PYTEST_TARGETS:-tests/python} -v -rs --durations=15 $PARALLEL ${PYTEST_K:+-k "$PYTEST_K"} \
     ${PYTEST_MARK:+-m "$PYTEST_MARK"}
   while read -r failed; do summary+=("  $failed"); done < <(grep -oE "(FAILED|ERROR) tests/[^ ]+" "$OUT/pytest.log" | sort -u)
