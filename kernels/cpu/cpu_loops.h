@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Which instruction set's CPU loops run. Each kernels/cpu/*_kernel.cpp is compiled once per set
-// (cmake/CustomOpsCpuKernels.cmake: elementwise loops for DEFAULT and AVX2, reductions for AVX512
-// too) into namespace custom::cpu::<set>, where it defines its engine's loop table for every term
-// (the templates below, explicitly instantiated over CUSTOM_OPS_TERMS). The engine's
-// *_cpu_dispatch.cpp picks one set's table at run time and registers trampolines into it.
+// (cmake/CustomOpsCpuKernels.cmake: DEFAULT, AVX2 and AVX512) into namespace custom::cpu::<set>,
+// where it defines its engine's loop table for every term (the templates below, explicitly
+// instantiated over CUSTOM_OPS_TERMS). The engine's *_cpu_dispatch.cpp picks one set's table at
+// run time and registers trampolines into it.
 #pragma once
 
 #include <string>
 
 #include <ATen/Version.h>
+
+#include <custom_ops/term.h>
 
 namespace custom::detail {
 struct ElementwiseLoops;  // ops/elementwise_frontend.h
@@ -17,8 +19,7 @@ struct ReductionLoops;  // ops/reduction_frontend.h
 
 namespace custom::cpu {
 
-// Each set's tables, one per term, as CMakeLists.txt lists the kernel files: under ELEMENTWISE
-// (no AVX512 build) or REDUCTIONS.
+// Each set's tables, one per term.
 #define CUSTOM_OPS_DECLARE_LOOP_TABLE(set, Loops, table) \
   namespace set {                                        \
   template <class Term>                                  \
@@ -29,53 +30,106 @@ CUSTOM_OPS_DECLARE_LOOP_TABLE(DEFAULT, ReductionLoops, reduction_loops)
 #if defined(__x86_64__)
 CUSTOM_OPS_DECLARE_LOOP_TABLE(AVX2, ElementwiseLoops, elementwise_loops)
 CUSTOM_OPS_DECLARE_LOOP_TABLE(AVX2, ReductionLoops, reduction_loops)
+CUSTOM_OPS_DECLARE_LOOP_TABLE(AVX512, ElementwiseLoops, elementwise_loops)
 CUSTOM_OPS_DECLARE_LOOP_TABLE(AVX512, ReductionLoops, reduction_loops)
-namespace widest = AVX2;  // the widest set every loop is built for on this architecture
-#else
-namespace widest = DEFAULT;
 #endif
 #undef CUSTOM_OPS_DECLARE_LOOP_TABLE
 
-// The widest set's table where ATen runs AVX2 (or AVX512) kernels, else DEFAULT's.
-// at::get_cpu_capability() is ATen's choice (ATEN_CPU_CAPABILITY can lower it); on an AVX512 CPU
-// ATen's REGISTER_DISPATCH kernels (add, mul, ...) still run their AVX2 build. Pointers to the
-// tables, which live as long as the library.
-template <typename Loops>
-const Loops* loops_for_cpu_capability([[maybe_unused]] const Loops* widest_loops, const Loops* default_loops) {
-#if defined(__x86_64__)
-  const std::string capability = at::get_cpu_capability();
-  if (capability == "AVX2" || capability == "AVX512") {
-    return widest_loops;
+// Whether a term calls a function of custom_ops/term_functions.h, read off its formulas: value,
+// dx and dw evaluated once on a type whose arithmetic carries a flag and whose functions set it.
+class FunctionCallProbe {
+ public:
+  FunctionCallProbe() = default;
+  explicit FunctionCallProbe(double /*constant*/) {}
+  static FunctionCallProbe call() {
+    FunctionCallProbe called;
+    called.calls_ = true;
+    return called;
   }
-#endif
-  return default_loops;
+  bool calls() const { return calls_; }
+  friend FunctionCallProbe operator-(const FunctionCallProbe& a) { return a; }
+#define CUSTOM_OPS_PROBE_OPERATOR(op)                                                            \
+  friend FunctionCallProbe operator op(const FunctionCallProbe& a, const FunctionCallProbe& b) { \
+    return a.calls_ ? a : b;                                                                     \
+  }
+  CUSTOM_OPS_PROBE_OPERATOR(+)
+  CUSTOM_OPS_PROBE_OPERATOR(-)
+  CUSTOM_OPS_PROBE_OPERATOR(*)
+  CUSTOM_OPS_PROBE_OPERATOR(/)
+#undef CUSTOM_OPS_PROBE_OPERATOR
+
+ private:
+  bool calls_ = false;
+};
+
+}  // namespace custom::cpu
+
+template <>
+struct custom::Functions<custom::cpu::FunctionCallProbe> {
+  using Probe = cpu::FunctionCallProbe;
+#define CUSTOM_OPS_PROBE_FUNCTION(name, ...) \
+  static Probe name(const Probe& /*v*/) { return Probe::call(); }
+#define CUSTOM_OPS_PROBE_FUNCTION_OF_A_CONSTANT(name, ...) \
+  static Probe name(const Probe& /*v*/, double /*constant*/) { return Probe::call(); }
+  CUSTOM_OPS_TERM_FUNCTIONS(CUSTOM_OPS_PROBE_FUNCTION)
+  CUSTOM_OPS_TERM_FUNCTIONS_OF_A_CONSTANT(CUSTOM_OPS_PROBE_FUNCTION_OF_A_CONSTANT)
+#undef CUSTOM_OPS_PROBE_FUNCTION
+#undef CUSTOM_OPS_PROBE_FUNCTION_OF_A_CONSTANT
+};
+
+namespace custom::cpu {
+
+template <class Term>
+bool calls_functions() {
+  const FunctionCallProbe x, w;
+  return Term::value(x, w).calls() || Term::dx(x, w).calls() || Term::dw(x, w).calls();
 }
 
-// The reductions' table: AVX512's where ATen runs AVX512, as torch.sum does on such a CPU.
+// Which set runs a term's loops, from ATen's instruction set (at::get_cpu_capability(), which
+// ATEN_CPU_CAPABILITY can lower): DEFAULT below AVX2; AVX512 where ATen runs AVX512 and the
+// term's loops are bound by its functions' arithmetic (twice the lanes, about twice the speed:
+// docs/benchmarks.md), as for the reductions, which torch.sum runs with AVX512 there; else AVX2,
+// as ATen's REGISTER_DISPATCH elementwise kernels (add, mul, ...) run on AVX512 CPUs too.
+enum class CpuSet { Default, Avx2, Avx512 };
+
+inline CpuSet cpu_set_for(const std::string& capability, bool compute_bound) {
+  if (capability == "AVX512") {
+    return compute_bound ? CpuSet::Avx512 : CpuSet::Avx2;
+  }
+  return capability == "AVX2" ? CpuSet::Avx2 : CpuSet::Default;
+}
+
+// One set's table of a term. Pointers to the tables, which live as long as the library.
 template <typename Loops>
-const Loops* reduction_loops_for_cpu_capability(
-    [[maybe_unused]] const Loops* avx512_loops, const Loops* widest_loops, const Loops* default_loops) {
+const Loops* loops_of_set(
+    CpuSet set, [[maybe_unused]] const Loops* avx512, [[maybe_unused]] const Loops* avx2, const Loops* fallback) {
 #if defined(__x86_64__)
-  if (at::get_cpu_capability() == "AVX512") {
-    return avx512_loops;
+  if (set != CpuSet::Default) {
+    return set == CpuSet::Avx512 ? avx512 : avx2;
   }
 #endif
-  return loops_for_cpu_capability(widest_loops, default_loops);
+  return fallback;
 }
 
 // The term's tables of every set, chosen once, at the first call.
 template <class Term>
 const detail::ElementwiseLoops& selected_elementwise_loops() {
-  static const detail::ElementwiseLoops* const loops =
-      loops_for_cpu_capability(&widest::elementwise_loops<Term>(), &DEFAULT::elementwise_loops<Term>());
+#if defined(__x86_64__)
+  static const detail::ElementwiseLoops* const loops = loops_of_set(
+      cpu_set_for(at::get_cpu_capability(), calls_functions<Term>()), &AVX512::elementwise_loops<Term>(),
+      &AVX2::elementwise_loops<Term>(), &DEFAULT::elementwise_loops<Term>());
+#else
+  static const detail::ElementwiseLoops* const loops = &DEFAULT::elementwise_loops<Term>();
+#endif
   return *loops;
 }
 
 template <class Term>
 const detail::ReductionLoops& selected_reduction_loops() {
 #if defined(__x86_64__)
-  static const detail::ReductionLoops* const loops = reduction_loops_for_cpu_capability(
-      &AVX512::reduction_loops<Term>(), &widest::reduction_loops<Term>(), &DEFAULT::reduction_loops<Term>());
+  static const detail::ReductionLoops* const loops = loops_of_set(
+      cpu_set_for(at::get_cpu_capability(), true), &AVX512::reduction_loops<Term>(), &AVX2::reduction_loops<Term>(),
+      &DEFAULT::reduction_loops<Term>());
 #else
   static const detail::ReductionLoops* const loops = &DEFAULT::reduction_loops<Term>();
 #endif

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Registers the CPU kernels with the loops of the instruction set ATen's own elementwise kernels
-// run with (cpu_loops.h), for every term.
+// Registers the CPU kernels with the loops of the instruction set cpu_loops.h picks for each term:
+// the one ATen's own elementwise kernels run with, AVX512 for terms that call functions.
 #include "kernels/cpu/cpu_loops.h"
 #include "ops/elementwise_frontend.h"
 

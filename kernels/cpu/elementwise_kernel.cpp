@@ -4,8 +4,8 @@
 // promotion); these loops only do the arithmetic, through the term, with at::vec::Vectorized SIMD
 // and at::parallel_for threads via cpu_kernel_vec.
 //
-// Like ATen's native/cpu kernels, this file is compiled once per instruction set (DEFAULT and
-// AVX2; CMake sets CPU_CAPABILITY) and elementwise_cpu_dispatch.cpp picks one at run time.
+// Like ATen's native/cpu kernels, this file is compiled once per instruction set (DEFAULT, AVX2,
+// AVX512; CMake sets CPU_CAPABILITY) and cpu_loops.h picks one per term at run time.
 // When the operands are larger than the last-level cache, the outputs are written with streaming
 // stores (streaming_store.h): ATen's loops do not, and it saves a quarter of the memory traffic
 // of the forward and two sevenths of the fused backward's (no read of each output line).

@@ -5,8 +5,7 @@
 // last write rounds to it.
 //
 // Like elementwise_kernel.cpp, this file is compiled once per instruction set (DEFAULT, AVX2 and,
-// as torch.sum is, AVX512; CMake sets CPU_CAPABILITY) and reduction_cpu_dispatch.cpp picks the one
-// ATen runs.
+// as torch.sum is, AVX512; CMake sets CPU_CAPABILITY) and cpu_loops.h picks the one ATen runs.
 //
 // Order and accuracy. The reduce dimension is cut into chunks whose bounds depend on the shape
 // alone. Each chunk is summed into a partial, in series per accumulator lane (at most
