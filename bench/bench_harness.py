@@ -126,8 +126,9 @@ def parse(p: argparse.ArgumentParser, argv, compile_static_from: int, aliases=No
     if not 4 <= args.min_log2 <= args.max_log2 or args.rounds < 1:
         p.error("need 4 <= --min-log2 <= --max-log2 and --rounds >= 1")
     args.dtypes = subset(p, "--dtypes", args.dtypes, DTYPES)
-    for alias, group in (aliases or {}).items():
-        args.layouts = args.layouts.replace(alias, ",".join(group))
+    # Whole items only: "conv" names a group, and is also part of each of its layouts' names.
+    groups = aliases or {}
+    args.layouts = ",".join(",".join(groups.get(item.strip(), (item,))) for item in args.layouts.split(","))
     args.layouts = subset(p, "--layouts", args.layouts, args.all_layouts)
     args.threads = thread_counts(p, args.threads) if args.cpu else [None]
     return args

@@ -19,6 +19,9 @@ LAYOUTS = ("contiguous", "broadcast", "transposed")
 # Per-channel weights (issue 15), forward+backward always, at C channels: row_cC x [n/C, C], w [C];
 # column_cC x [n/C, C], w [n/C, 1]; nchw_cC x [N, C, H, W], w [C, 1, 1], H * W = min(256, n / 2C).
 PER_CHANNEL = tuple(f"{kind}_c{c}" for kind in ("row", "column", "nchw") for c in (1024, 4096, 16384))
+# Conv-style weights over issue 46's range (C 64-4096, H * W 49-4096): conv_cC_hwP x [N, C, H, W],
+# H * W = P, N = n / (C * P) rounded down (n is then approximate; bytes and floors are exact).
+CONV = (*(f"conv_c{c}_hw{p}" for c in (64, 1024, 4096) for p in (49, 4096)), "conv_c256_hw256")
 FWD_BWD = (
     "ours_fwd_bwd",
     "eager_fwd_bwd",
@@ -41,6 +44,8 @@ TARGETS = [
     Target("cuda", "fwd_bwd", "add_fwd_bwd", ("contiguous",), 24, "vs_floor <= 1.1"),
     Target("cuda", "fwd_bwd", "ours_fwd_bwd ours_fwd_bwd_graph", PER_CHANNEL, 26, "vs_floor <= 1.15"),
     Target("cuda", "fwd_bwd", "ours_fwd_bwd", PER_CHANNEL, 26, "vs_compile < 1"),
+    Target("cuda", "fwd_bwd", "ours_fwd_bwd", CONV, 26, "vs_floor <= 1.1"),
+    Target("cuda", "forward", "ours ours_out", CONV, 26, "vs_floor <= 1.1"),
     Target("cpu", "forward", "ours ours_out", LAYOUTS, 20, "vs_add >= 0.9"),
     Target("cpu", "fwd_bwd", "ours_fwd_bwd", PER_CHANNEL, 20, "vs_eager <= 0.6667"),  # 1.5x faster
     Target("cpu", "fwd_bwd", "ours_fwd_bwd", PER_CHANNEL, 20, "vs_compile <= 1"),
@@ -50,12 +55,13 @@ TARGETS = [
 
 
 def parse_args(argv=None):
-    p = harness.parser(__doc__, {"cuda": (10, 28), "cpu": (10, 22)}, LAYOUTS, PER_CHANNEL, threads="all,1")
+    p = harness.parser(__doc__, {"cuda": (10, 28), "cpu": (10, 22)}, LAYOUTS, PER_CHANNEL + CONV, threads="all,1")
     p.add_argument("--no-fwd-bwd", action="store_true", help="skip forward+backward")
     p.add_argument("--fwd-bwd-layouts", default="contiguous,broadcast", help="layouts with forward+backward too")
     p.add_argument("--host-max-log2", type=int, default=14, help="largest size of the per-call host timing")
-    args = harness.parse(p, argv, compile_static_from=20, aliases={"per-channel": PER_CHANNEL})
-    args.fwd_bwd_layouts = harness.subset(p, "--fwd-bwd-layouts", args.fwd_bwd_layouts, LAYOUTS) + list(PER_CHANNEL)
+    args = harness.parse(p, argv, compile_static_from=20, aliases={"per-channel": PER_CHANNEL, "conv": CONV})
+    per_channel = list(PER_CHANNEL + CONV)
+    args.fwd_bwd_layouts = harness.subset(p, "--fwd-bwd-layouts", args.fwd_bwd_layouts, LAYOUTS) + per_channel
     return args
 
 
@@ -68,6 +74,11 @@ def shapes(layout: str, log2n: int):
         return (n,), (n,)
     if layout in ("broadcast", "transposed"):
         return (n // c, c), ((c,) if layout == "broadcast" else (n // c, c))
+    if layout.startswith("conv_"):
+        c, plane = (int(part.lstrip("chw")) for part in layout.split("_")[1:])
+        batch = n // (c * plane)
+        side = math.isqrt(plane)  # 49: 7 x 7; 4096: 64 x 64; 256: 16 x 16
+        return ((batch, c, side, plane // side), (c, 1, 1)) if batch >= 2 else None
     kind, channels = layout.split("_c")
     c = int(channels)
     if n < 2 * c:

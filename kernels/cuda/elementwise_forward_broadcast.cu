@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // out[r, c] = value(x, w) where out and one input are contiguous [R, C] and the other input is a
-// row [C] repeated down the rows or a column [R, 1] repeated along them. gpu_kernel sees a
-// stride-0 operand and takes its strided, one-element-per-load loop; here every load and store
-// is 16 bytes, and the repeated operand's index comes from a multiply-shift divider.
+// row [C] repeated down the rows or a column [R, 1] repeated along them; or out and one input are
+// contiguous [N, C, P] and the other is [C, 1] repeated over each plane of P (elementwise_forward_
+// layout.h). gpu_kernel sees a stride-0 operand and takes its strided, one-element-per-load loop;
+// here every load and store of the full operands is 16 bytes, and the repeated operand's index
+// comes from multiply-shift dividers.
+#include <algorithm>
+
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/detail/IntegerDivider.cuh>
@@ -26,11 +30,20 @@ struct BroadcastArgs {
   const scalar_t* repeated;  // a row [C] or a column [R]
   uint32_t vectors;  // R * C / kVectorSize
   at::cuda::detail::IntDivider<uint32_t> vectors_per_row;
+  at::cuda::detail::IntDivider<uint32_t> plane;  // Repeated::Plane's P and C
+  at::cuda::detail::IntDivider<uint32_t> channels;
 };
 
-// kRepeatsRow: the repeated operand is a row (index: vector mod vectors_per_row), else a column
-// (one element per vector: vector div vectors_per_row; a vector never straddles rows).
-template <class Term, typename scalar_t, bool kRepeatsRow, bool kInputIsRepeated>
+// The repeated element of flat element e in a plane plan: (e / P) mod C.
+template <typename scalar_t>
+__device__ __forceinline__ scalar_t plane_element(const BroadcastArgs<scalar_t>& args, uint32_t e) {
+  return args.repeated[args.channels.mod(args.plane.div(e))];
+}
+
+// Repeated::Row: the repeated operand's vector is vector mod vectors_per_row. Column: one element
+// per vector, vector div vectors_per_row (a vector never straddles rows). Plane: one element per
+// vector, except for a vector that straddles planes, whose elements each find their own.
+template <class Term, typename scalar_t, Repeated kRepeated, bool kInputIsRepeated>
 __global__ void __launch_bounds__(kThreads) forward_broadcast_kernel(BroadcastArgs<scalar_t> args) {
   constexpr int kVec = kVectorSize<scalar_t>;
   using vec_t = Vector<scalar_t>;
@@ -47,8 +60,16 @@ __global__ void __launch_bounds__(kThreads) forward_broadcast_kernel(BroadcastAr
     const uint32_t v = first + k * kThreads;
     if (v < args.vectors) {
       full_values[k] = full[v];
-      if constexpr (kRepeatsRow) {
+      if constexpr (kRepeated == Repeated::Row) {
         repeated_values[k] = repeated_rows[args.vectors_per_row.mod(v)];
+      } else if constexpr (kRepeated == Repeated::Plane) {
+        const uint32_t e = v * kVec;
+        const scalar_t value = plane_element(args, e);
+        const bool straddles = args.plane.mod(e) + kVec > args.plane.divisor;
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) {
+          repeated_values[k].val[i] = straddles && i > 0 ? plane_element(args, e + i) : value;
+        }
       } else {
         const scalar_t value = args.repeated[args.vectors_per_row.div(v)];
 #pragma unroll
@@ -74,11 +95,11 @@ __global__ void __launch_bounds__(kThreads) forward_broadcast_kernel(BroadcastAr
   }
 }
 
-template <class Term, typename scalar_t, bool kRepeatsRow, bool kInputIsRepeated>
+template <class Term, typename scalar_t, Repeated kRepeated, bool kInputIsRepeated>
 void launch(const BroadcastArgs<scalar_t>& args) {
   const uint32_t per_block = kThreads * kVectorsPerThread;
   const uint32_t blocks = (args.vectors + per_block - 1) / per_block;
-  forward_broadcast_kernel<Term, scalar_t, kRepeatsRow, kInputIsRepeated>
+  forward_broadcast_kernel<Term, scalar_t, kRepeated, kInputIsRepeated>
       <<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(args);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -96,12 +117,21 @@ void launch_forward_broadcast(at::TensorIteratorBase& iter, const BroadcastPlan&
         plan.input_is_repeated ? weight : input,
         plan.input_is_repeated ? input : weight,
         static_cast<uint32_t>(plan.rows * plan.cols / kVec),
-        at::cuda::detail::IntDivider<uint32_t>(static_cast<uint32_t>(plan.cols / kVec)),
+        at::cuda::detail::IntDivider<uint32_t>(static_cast<uint32_t>(std::max<int64_t>(plan.cols / kVec, 1))),
+        at::cuda::detail::IntDivider<uint32_t>(static_cast<uint32_t>(std::max<int64_t>(plan.plane, 1))),
+        at::cuda::detail::IntDivider<uint32_t>(static_cast<uint32_t>(std::max<int64_t>(plan.channels, 1))),
     };
-    if (plan.repeats_row) {
-      plan.input_is_repeated ? launch<Term, scalar_t, true, true>(args) : launch<Term, scalar_t, true, false>(args);
-    } else {
-      plan.input_is_repeated ? launch<Term, scalar_t, false, true>(args) : launch<Term, scalar_t, false, false>(args);
+    const auto with = [&]<Repeated kRepeated>() {
+      plan.input_is_repeated ? launch<Term, scalar_t, kRepeated, true>(args)
+                             : launch<Term, scalar_t, kRepeated, false>(args);
+    };
+    switch (plan.repeated) {
+      case Repeated::Row:
+        return with.template operator()<Repeated::Row>();
+      case Repeated::Column:
+        return with.template operator()<Repeated::Column>();
+      case Repeated::Plane:
+        return with.template operator()<Repeated::Plane>();
     }
   });
 }

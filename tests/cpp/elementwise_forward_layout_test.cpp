@@ -14,6 +14,7 @@ namespace {
 using custom::cuda::ForwardLayout;
 using custom::cuda::ForwardPlan;
 using custom::cuda::plan_forward;
+using custom::cuda::Repeated;
 
 // The forward iterator as the frontend builds it: out, input, weight.
 ForwardPlan plan_for(const at::Tensor& out, const at::Tensor& input, const at::Tensor& weight) {
@@ -46,17 +47,17 @@ TEST(CudaForwardLayout, RowAndColumnBroadcastGetTheVectorizedKernel) {
     EXPECT_EQ(plan.broadcast.rows, 64);
     EXPECT_EQ(plan.broadcast.cols, 96);
     EXPECT_FALSE(plan.broadcast.input_is_repeated);
-    EXPECT_TRUE(plan.broadcast.repeats_row);
+    EXPECT_EQ(plan.broadcast.repeated, Repeated::Row);
 
     plan = plan_for(x, torch::randn({64, 1}, options));
     ASSERT_EQ(plan.layout, ForwardLayout::Broadcast);
     EXPECT_FALSE(plan.broadcast.input_is_repeated);
-    EXPECT_FALSE(plan.broadcast.repeats_row);
+    EXPECT_EQ(plan.broadcast.repeated, Repeated::Column);
 
     plan = plan_for(torch::randn({96}, options), x);
     ASSERT_EQ(plan.layout, ForwardLayout::Broadcast);
     EXPECT_TRUE(plan.broadcast.input_is_repeated);
-    EXPECT_TRUE(plan.broadcast.repeats_row);
+    EXPECT_EQ(plan.broadcast.repeated, Repeated::Row);
   }
 }
 
@@ -70,6 +71,67 @@ TEST(CudaForwardLayout, BroadcastOverLeadingDimsIsMergedIntoRows) {
   ASSERT_EQ(plan.layout, ForwardLayout::Broadcast);
   EXPECT_EQ(plan.broadcast.rows, 3);
   EXPECT_EQ(plan.broadcast.cols, 80);
+}
+
+TEST(CudaForwardLayout, ConvStyleWeightsGetThePlaneKernelForAnyPlaneLength) {
+  // [N, C, H, W] with a weight [C, 1, 1] or [1, C, 1, 1], planes of whole vectors or not (7 x 7).
+  for (const int64_t side : {16, 7, 1}) {
+    SCOPED_TRACE(side);
+    for (const auto& weight : {torch::randn({32, 1, 1}, kFloat), torch::randn({1, 32, 1, 1}, kFloat)}) {
+      const auto x = torch::randn({4, 32, side, side}, kFloat);
+      auto plan = plan_for(x, weight);
+      ASSERT_EQ(plan.layout, ForwardLayout::Broadcast);
+      if (side == 1) {  // no planes: a row [C] over [N, C]
+        EXPECT_EQ(plan.broadcast.repeated, Repeated::Row);
+        continue;
+      }
+      EXPECT_EQ(plan.broadcast.repeated, Repeated::Plane);
+      EXPECT_FALSE(plan.broadcast.input_is_repeated);
+      EXPECT_EQ(plan.broadcast.rows, 4);
+      EXPECT_EQ(plan.broadcast.cols, 32 * side * side);
+      EXPECT_EQ(plan.broadcast.channels, 32);
+      EXPECT_EQ(plan.broadcast.plane, side * side);
+
+      plan = plan_for(weight, x);
+      ASSERT_EQ(plan.layout, ForwardLayout::Broadcast);
+      EXPECT_EQ(plan.broadcast.repeated, Repeated::Plane);
+      EXPECT_TRUE(plan.broadcast.input_is_repeated);
+    }
+  }
+  // One image: [C, P] with a column [C, 1]; its rows of 49 are not whole vectors.
+  auto plan = plan_for(torch::randn({1, 32, 7, 7}, kFloat), torch::randn({32, 1, 1}, kFloat));
+  ASSERT_EQ(plan.layout, ForwardLayout::Broadcast);
+  EXPECT_EQ(plan.broadcast.repeated, Repeated::Plane);
+  EXPECT_EQ(plan.broadcast.rows, 1);
+  EXPECT_EQ(plan.broadcast.channels, 32);
+  EXPECT_EQ(plan.broadcast.plane, 49);
+  // Channels-last input: the weight is a row [C] of every pixel.
+  const auto channels_last = torch::randn({4, 32, 7, 7}, kFloat).contiguous(at::MemoryFormat::ChannelsLast);
+  plan = plan_for(torch::empty_like(channels_last), channels_last, torch::randn({32, 1, 1}, kFloat));
+  ASSERT_EQ(plan.layout, ForwardLayout::Broadcast);
+  EXPECT_EQ(plan.broadcast.repeated, Repeated::Row);
+}
+
+TEST(CudaForwardLayout, ConvStyleWeightsThatCannotUseSixteenByteVectorsStayGeneric) {
+  // 3 * 5 * 7 * 7 floats are not a whole number of vectors.
+  EXPECT_EQ(
+      plan_for(torch::randn({3, 5, 7, 7}, kFloat), torch::randn({5, 1, 1}, kFloat)).layout, ForwardLayout::Generic);
+  // An input one element off 16-byte alignment.
+  const auto base = torch::randn({4 * 32 * 49 + 1}, kFloat);
+  const auto shifted = base.narrow(0, 1, 4 * 32 * 49).view({4, 32, 7, 7});
+  EXPECT_EQ(plan_for(shifted, torch::randn({32, 1, 1}, kFloat)).layout, ForwardLayout::Generic);
+  // A weight [C, 1, W] varies along the planes and is broadcast down them: four dimensions.
+  EXPECT_EQ(
+      plan_for(torch::randn({4, 32, 8, 8}, kFloat), torch::randn({32, 1, 8}, kFloat)).layout, ForwardLayout::Generic);
+}
+
+TEST(CudaForwardLayout, AnyWeightRepeatedOverBlocksAndPlanesIsAPlane) {
+  // A weight [C, H, 1] over [N, C, H, W]: C and H merge, planes of W.
+  const auto plan = plan_for(torch::randn({4, 32, 8, 8}, kFloat), torch::randn({32, 8, 1}, kFloat));
+  ASSERT_EQ(plan.layout, ForwardLayout::Broadcast);
+  EXPECT_EQ(plan.broadcast.repeated, Repeated::Plane);
+  EXPECT_EQ(plan.broadcast.channels, 32 * 8);
+  EXPECT_EQ(plan.broadcast.plane, 8);
 }
 
 TEST(CudaForwardLayout, BroadcastThatCannotUseSixteenByteVectorsStaysGeneric) {

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""The layouts that have CUDA forward kernels of their own (kernels/cuda/weighted_sum_forward_layout.h): a row
-or column broadcast (16-byte vectors) and transposed operands (shared-memory tiles). Values on
+"""The layouts that have CUDA forward kernels of their own (kernels/cuda/elementwise_forward_layout.h): a row,
+column or plane broadcast (16-byte vectors) and transposed operands (shared-memory tiles). Values on
 every dtype against the float64 reference, at sizes that leave partial vectors-per-block and
 partial tiles, through the functional, out= and in-place forms. On the CPU the same cases check
-the CPU loops' strided paths; tests/cpp/weighted_sum_forward_layout_test.cpp checks which kernel such
+the CPU loops' strided paths; tests/cpp/elementwise_forward_layout_test.cpp checks which kernel such
 layouts get."""
 
 import pytest
@@ -21,6 +21,19 @@ def transposed(rows, cols, dtype, device):
     return randn(cols, rows, dtype=dtype, device=device).t()
 
 
+def full_and_repeated(full_shape, repeated_shape, input_repeated=False):
+    """An (input, weight) maker: a full-size operand and one repeated over it (the weight, or the input)."""
+
+    def make(dtype, device):
+        full, repeated = (
+            randn(*full_shape, dtype=dtype, device=device),
+            randn(*repeated_shape, dtype=dtype, device=device),
+        )
+        return (repeated, full) if input_repeated else (full, repeated)
+
+    return make
+
+
 # (input, weight) makers: each takes (dtype, device) and draws fresh data.
 BROADCAST_CASES = {
     # weight a row repeated down the rows (a per-channel weight)
@@ -30,9 +43,19 @@ BROADCAST_CASES = {
     "row_weight_5x16_over_3": lambda d, dev: (randn(3, 5, 16, dtype=d, device=dev), randn(5, 16, dtype=d, device=dev)),
     # weight a column repeated along the rows (a per-row weight)
     "column_weight_67x96": lambda d, dev: (randn(67, 96, dtype=d, device=dev), randn(67, 1, dtype=d, device=dev)),
+    # rows that are not whole vectors: the plane kernel, with planes of 6 and one image
+    "column_weight_68x6": lambda d, dev: (randn(68, 6, dtype=d, device=dev), randn(68, 1, dtype=d, device=dev)),
     # the input repeated, the weight full-size
     "row_input_67x96": lambda d, dev: (randn(96, dtype=d, device=dev), randn(67, 96, dtype=d, device=dev)),
     "column_input_67x96": lambda d, dev: (randn(67, 1, dtype=d, device=dev), randn(67, 96, dtype=d, device=dev)),
+    # a conv-style weight [C, 1, 1] over NCHW, planes of whole vectors or not (7 x 7, 3 x 5 and
+    # 1 x 3: vectors that straddle two planes, or several), one image, and the input repeated
+    "plane_weight_6x32x16x16": full_and_repeated((6, 32, 16, 16), (32, 1, 1)),
+    "plane_weight_5x24x7x7": full_and_repeated((5, 24, 7, 7), (24, 1, 1)),
+    "plane_weight_8x16x3x5": full_and_repeated((8, 16, 3, 5), (16, 1, 1)),
+    "plane_weight_8x16x1x3": full_and_repeated((8, 16, 1, 3), (16, 1, 1)),
+    "plane_weight_1x1_over_one_image": full_and_repeated((1, 40, 7, 7), (1, 40, 1, 1)),
+    "plane_input_5x24x7x7": full_and_repeated((5, 24, 7, 7), (24, 1, 1), input_repeated=True),
     # not a whole number of 16-byte vectors per row, or not 16-byte aligned: the generic loop
     "row_weight_67x6": lambda d, dev: (randn(67, 6, dtype=d, device=dev), randn(6, dtype=d, device=dev)),
     "row_weight_misaligned": lambda d, dev: (
