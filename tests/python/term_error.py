@@ -26,7 +26,7 @@ ROUNDING = {
     torch.float16: (2.0**-11, 2.0**-25),
     torch.bfloat16: (2.0**-8, 2.0**-134),
     torch.float32: (2.0**-24, 2.0**-150),
-    torch.float64: (2.0**-53, 0.0),
+    torch.float64: (2.0**-53, 2.0**-1074),  # 2**-1075 is no float64: the smallest subnormal bounds it
 }
 
 
