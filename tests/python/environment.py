@@ -12,6 +12,7 @@ directory on sys.path). conftest.py loads LIBRARY before any test module is impo
   DEVICES     parameters for a device-parametrized test: cpu, and cuda when it can run
   run_with_cpu_capability(code, capability)  Python code in a fresh process under ATEN_CPU_CAPABILITY
   campaign_settings(**kwargs)  a Hypothesis campaign's settings: derandomized unless CUSTOM_OPS_NEW_SEEDS=1
+  new_seeds()  whether CUSTOM_OPS_NEW_SEEDS=1 asks the campaigns for new examples
   installed_package_is_this_checkout()  whether the importable custom_ops is this tree's code
 """
 
@@ -96,10 +97,14 @@ def campaign_settings(**kwargs):
     a failure then prints the @reproduce_failure line that replays it (print_blob)."""
     from hypothesis import settings  # imported here: the modules that run campaigns skip without it
 
-    new_seeds = os.environ.get("CUSTOM_OPS_NEW_SEEDS") or "0"
-    if new_seeds not in ("0", "1"):
-        raise ValueError(f"CUSTOM_OPS_NEW_SEEDS={new_seeds!r}: 1 (new random examples) or 0 (the fixed ones)")
-    return settings(derandomize=new_seeds == "0", database=None, print_blob=True, **kwargs)
+    return settings(derandomize=not new_seeds(), database=None, print_blob=True, **kwargs)
+
+
+def new_seeds() -> bool:
+    value = os.environ.get("CUSTOM_OPS_NEW_SEEDS") or "0"
+    if value not in ("0", "1"):
+        raise ValueError(f"CUSTOM_OPS_NEW_SEEDS={value!r}: 1 (new random examples) or 0 (the fixed ones)")
+    return value == "1"
 
 
 def installed_package_is_this_checkout() -> bool:
