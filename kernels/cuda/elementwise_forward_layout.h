@@ -58,10 +58,16 @@ struct ForwardPlan {
 
 namespace layout_detail {
 
-inline std::array<int64_t, 2> element_strides(const at::TensorIteratorBase& iter, int operand) {
+// The first kDims strides of an operand, in elements.
+template <size_t kDims = 2>
+std::array<int64_t, kDims> element_strides(const at::TensorIteratorBase& iter, int operand) {
   const auto bytes = iter.strides(operand);
   const auto size = iter.element_size(operand);
-  return {bytes[0] / size, bytes[1] / size};
+  std::array<int64_t, kDims> strides{};
+  for (size_t d = 0; d < kDims; ++d) {
+    strides[d] = bytes[d] / size;
+  }
+  return strides;
 }
 
 }  // namespace layout_detail
@@ -95,11 +101,7 @@ inline ForwardPlan plan_forward(const at::TensorIteratorBase& iter) {
   if (iter.ndim() == 3) {
     const int64_t plane = iter.shape()[0];
     const int64_t channels = iter.shape()[1];
-    auto strides = [&](int operand) {
-      const auto bytes = iter.strides(operand);
-      const auto size = iter.element_size(operand);
-      return std::array<int64_t, 3>{bytes[0] / size, bytes[1] / size, bytes[2] / size};
-    };
+    const auto strides = [&](int operand) { return element_strides<3>(iter, operand); };
     const std::array<int64_t, 3> dense{1, plane, plane * channels};
     const std::array<int64_t, 3> per_channel{0, 1, 0};
     if (strides(kOut) != dense) {
