@@ -101,14 +101,8 @@ inline CpuSet cpu_set_for(const std::string& capability, bool compute_bound) {
 
 // One set's table of a term. Pointers to the tables, which live as long as the library.
 template <typename Loops>
-const Loops* loops_of_set(
-    CpuSet set, [[maybe_unused]] const Loops* avx512, [[maybe_unused]] const Loops* avx2, const Loops* fallback) {
-#if defined(__x86_64__)
-  if (set != CpuSet::Default) {
-    return set == CpuSet::Avx512 ? avx512 : avx2;
-  }
-#endif
-  return fallback;
+const Loops* loops_of_set(CpuSet set, const Loops* avx512, const Loops* avx2, const Loops* fallback) {
+  return set == CpuSet::Avx512 ? avx512 : set == CpuSet::Avx2 ? avx2 : fallback;
 }
 
 // The term's tables of every set, chosen once, at the first call.
@@ -128,8 +122,8 @@ template <class Term>
 const detail::ReductionLoops& selected_reduction_loops() {
 #if defined(__x86_64__)
   static const detail::ReductionLoops* const loops = loops_of_set(
-      cpu_set_for(at::get_cpu_capability(), true), &AVX512::reduction_loops<Term>(), &AVX2::reduction_loops<Term>(),
-      &DEFAULT::reduction_loops<Term>());
+      cpu_set_for(at::get_cpu_capability(), /*compute_bound=*/true), &AVX512::reduction_loops<Term>(),
+      &AVX2::reduction_loops<Term>(), &DEFAULT::reduction_loops<Term>());
 #else
   static const detail::ReductionLoops* const loops = &DEFAULT::reduction_loops<Term>();
 #endif
