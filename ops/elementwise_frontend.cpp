@@ -242,11 +242,24 @@ at::TensorIterator elementwise_iterator(
       .build();
 }
 
+// An operand in the output's memory that is neither the output itself (each element read, then
+// written) nor a partial overlap (refused by TensorIterator), such as a 0-dim view of one of
+// self's elements or a broadcast row: read from a copy, so every element is computed from the
+// operands as they were before the call, as the composite `weight * input.square()` computes them.
+at::Tensor read_before_written(const at::Tensor& operand, const at::Tensor& out) {
+  const bool aliased = at::get_overlap_status(out, operand) == at::MemOverlapStatus::TooHard &&
+      out.storage().is_alias_of(operand.storage());
+  return aliased ? operand.clone() : operand;
+}
+
 void run_forward(const at::Tensor& out, const at::Tensor& input, const at::Tensor& weight, Loop loop, Output output) {
   if (loop == nullptr || out.numel() == 0) {
     return;
   }
-  auto iter = elementwise_iterator(out, {input, weight}, output);
+  // Named, not temporaries: the iterator borrows its operands.
+  const auto x = output == Output::Given ? read_before_written(input, out) : input;
+  const auto w = output == Output::Given ? read_before_written(weight, out) : weight;
+  auto iter = elementwise_iterator(out, {x, w}, output);
   loop(iter);
 }
 

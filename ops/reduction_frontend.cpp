@@ -259,15 +259,16 @@ at::Tensor reduction_impl(
 
   // Concrete shapes from here on (Meta stopped above).
   const auto sizes = C10_AS_INTARRAYREF_SLOW(shape);
-  // The operands in one dtype: the promoted one, or float64 when that is the result's.
-  auto operand_dtype = result_dtype({input, weight});
-  if (result == at::kDouble) {
-    operand_dtype = at::kDouble;
-  }
+  // The operands in one dtype: the promoted one, or float64 when that is the result's. An operand
+  // wider than the promoted dtype (a 0-dim one) is rounded to it first, as the composite's
+  // `weight * input.square()` promotes it, whatever dtype= asks for.
+  const auto promoted = result_dtype({input, weight});
+  const auto operand_dtype = result == at::kDouble ? at::kDouble : promoted;
   // expand() is a dispatcher call, a visible share of a small sum on the CPU: made only where the
   // operand lacks the broadcast shape.
   const auto broadcast = [&](const at::Tensor& operand) {
-    auto converted = operand.to(operand_dtype);
+    const bool wider = c10::promoteTypes(operand.scalar_type(), promoted) != promoted;
+    auto converted = (wider ? operand.to(promoted) : operand).to(operand_dtype);
     return converted.sizes() == sizes ? converted : converted.expand(sizes);
   };
   auto x = broadcast(input);

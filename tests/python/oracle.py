@@ -106,15 +106,16 @@ class Operator:
 
 def sum_exact(term, input, weight, dim=None, keepdim=False, dtype=None):
     """A reduction's sum in float64 from the operands as ATen promotes them (a 0-dim operand of a
-    wider dtype rounded to the other's): float16/bfloat16 sum in float32 and round once, float32
-    sums in float32 (pairwise: an error that grows with log2 of the terms), float64 in float64."""
+    wider dtype rounded to the other's, whatever dtype= is): float16/bfloat16 sum in float32 and
+    round once, float32 sums in float32 (pairwise: an error that grows with log2 of the terms),
+    float64 operands or results in float64."""
     promoted = torch.result_type(input, weight)
     result = dtype if dtype is not None else promoted
     x, w = input.to(promoted).double(), weight.to(promoted).double()
     terms = operators.term_value(term, x, w)
     value, magnitude = terms.sum(dim, keepdim), terms.abs().sum(dim, keepdim)
     n = terms.numel() // value.numel() if value.numel() else 0
-    accumulate = torch.float64 if promoted == result == torch.float64 else torch.float32
+    accumulate = torch.float64 if torch.float64 in (promoted, result) else torch.float32  # as the README says
     if not term.calls_functions:
         return value, magnitude, n, accumulate, None
     # Each term's own error, computed in the accumulation type (term_error.py), summed.
@@ -223,7 +224,8 @@ OVERLOADS = {overload.name: (op, overload) for op in OPERATORS for overload in o
 class Refusal:
     name: str
     readme: str  # the README's wording
-    applies: Callable[[Case, dict], bool]  # whether this call is such a case
+    # Whether this call is such a case: applies(case, args, in_dims), in_dims vmap's (else empty).
+    applies: Callable[[Case, dict, tuple], bool]
     message: str  # a regex our error message matches
 
 
@@ -231,29 +233,43 @@ def _tensors(args):
     return [t for t in args.values() if isinstance(t, torch.Tensor)]
 
 
-def _dtype_argument(case, args):
+def _dtype_argument(case, args, in_dims):
     return any(isinstance(v, torch.dtype) and v not in FLOAT_DTYPES for v in args.values())
 
 
-def _non_float(case, args):
+def _non_float(case, args, in_dims):
     # A complex number as a .Scalar weight makes the result complex, as a complex tensor would.
     return any(t.dtype not in FLOAT_DTYPES for t in _tensors(args)) or any(
         isinstance(v, complex) for v in args.values()
     )
 
 
-def _cpu_scalar_with_accelerator(case, args):
+def _cpu_scalar_with_accelerator(case, args, in_dims):
     devices = {t.device.type for t in _tensors(args)}
     return len(devices) > 1 and any(t.device.type == "cpu" and t.dim() == 0 for t in _tensors(args))
 
 
-def _out_resized_over_an_input(case, args):
+def _out_resized_over_an_input(case, args, in_dims):
     out = args.get("out")
     if out is None or tuple(out.shape) == case.result_shape:
         return False
     return any(
         t is not out and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr() for t in _tensors(args)
     )
+
+
+def _self_grows_per_example(case, args, in_dims):
+    """vmap, in place: weight has more dimensions per example than self. ATen raises per example
+    (self cannot grow); vmap of its in-place ops computes anyway with a batch of one, whose
+    physical shapes broadcast."""
+    dims = dict(in_dims)
+    if not dims or not isinstance(args.get("self"), torch.Tensor) or not isinstance(args.get("weight"), torch.Tensor):
+        return False
+
+    def rank(name):
+        return args[name].dim() - (dims.get(name) is not None)
+
+    return rank("weight") > rank("self")
 
 
 REFUSALS = (
@@ -284,6 +300,13 @@ REFUSALS = (
         "has just overwritten)",
         _out_resized_over_an_input,
         r"would overlap it",
+    ),
+    Refusal(
+        "vmap_self_grows",
+        "under vmap, in place with a weight of more dimensions per example than self (ATen raises "
+        "per example; vmap of ATen's in-place ops computes with a batch of one)",
+        _self_grows_per_example,
+        r"per vmapped example, more than self's",
     ),
 )
 
@@ -661,7 +684,9 @@ def judge(case, device):
                 _check_error(our_error, "custom::" + op.name, "ATen-undefined")
                 return UNDEFINED
             else:
-                refusal = [r for r in REFUSALS if r.applies(case, our_args) and re.search(r.message, str(our_error))]
+                refusal = [
+                    r for r in REFUSALS if r.applies(case, our_args, ()) and re.search(r.message, str(our_error))
+                ]
                 if not (isinstance(our_error, RuntimeError) and refusal):
                     raise OracleFailure(
                         f"ours raised where ATen computes, not a documented refusal: "
@@ -689,7 +714,10 @@ def judge(case, device):
             )
             assert ours.requires_grad == aten_value.requires_grad, "requires_grad differs from ATen's"
             if overload.inferred_strides:
-                rule = layout_rule(operands["input"], operands["weight"])
+                # The operands as called, not clean copies: clone() makes a broadcast weight
+                # contiguous, which changes the layout ATen gives.
+                called = _operands(op, overload, aten_args)
+                rule = layout_rule(called["input"], called["weight"])
                 assert _addressing_strides(ours) == _addressing_strides(rule), (
                     f"strides: ours {ours.stride()}, ATen's weight * input.square() {rule.stride()}"
                 )
@@ -994,7 +1022,7 @@ def judge_transform(t, device):
                 refusal = [
                     r
                     for r in REFUSALS
-                    if r.applies(t.case, _op_args(our_args)) and re.search(r.message, str(our_error))
+                    if r.applies(t.case, _op_args(our_args), t.in_dims) and re.search(r.message, str(our_error))
                 ]
                 if not (isinstance(our_error, RuntimeError) and refusal):
                     raise OracleFailure(

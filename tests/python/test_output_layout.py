@@ -39,6 +39,11 @@ EXTRA = {
     "permuted_3d_both": lambda: (permuted((3, 4, 5), [2, 0, 1]), permuted((3, 4, 5), [1, 0, 2])),
     "sliced_transposed": lambda: (torch.randn(8, 6)[::2].t(), torch.randn(4)),
     "size_one_dims": lambda: (torch.randn(5, 1, 3).permute(2, 1, 0), torch.randn(1, 1)),
+    # The weight's stride-0 dim leaves the order to the input (on the CPU: .to(cuda) makes it dense).
+    "transposed_input_weight_expanded_along_rows": lambda: (
+        torch.randn(1, 1, 2, 2).transpose(2, 3),
+        torch.randn(1, 1, 2, 1).expand(1, 1, 2, 2),
+    ),
 }
 
 

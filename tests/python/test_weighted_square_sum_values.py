@@ -74,6 +74,17 @@ def test_dtype_argument_sets_the_result_dtype(device, input_dtype, weight_dtype,
         assert_matches_exact(out, x, w, dim, keepdim, dtype)
 
 
+@pytest.mark.parametrize("dtype", [None, torch.float32, torch.float64], ids=str)
+def test_a_wider_0_dim_weight_is_rounded_to_the_promoted_dtype_whatever_dtype_is(device, dtype):
+    # result_type(float16 [n], float32 0-dim) is float16: the composite's `w * x.square()` rounds
+    # the weight to float16 (1 + 2**-12 to 1), also when dtype= asks for a wider sum.
+    x = make((3, 40), torch.float16, device)
+    w = torch.tensor(1 + 2.0**-12, device=device)
+    out = op(x, w, [1], dtype=dtype)
+    assert_matches_exact(out, x, w, [1], dtype=dtype)
+    assert_matches_exact(out, x, torch.ones((), dtype=torch.float16, device=device), [1], dtype=dtype)
+
+
 @pytest.mark.parametrize("dtype", LOW_PRECISION, ids=dtype_name)
 def test_half_and_bfloat16_accumulate_in_float32(device, dtype):
     # 4096 terms of about 1: a float16 running sum stops growing at 2048 (its spacing there is 2),

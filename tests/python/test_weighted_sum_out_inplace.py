@@ -301,3 +301,33 @@ def test_inplace_with_weight_partially_overlapping_self_raises(device):
     base = torch.randn(20, device=device)
     self, w = base[:12].view(3, 4), base[10:14]
     assert_rejected(lambda: OPS.weighted_sum_(self, w), {"base": base, "self": self, "w": w}, PARTIAL_OVERLAP)
+
+
+# Operands that view memory the op writes, neither the written tensor itself nor a partial overlap
+# ATen refuses (the written tensor is not dense, so its overlap is not computed): read as they were
+# before the call, as the composite reads them. name -> (written view, operand view) of one buffer.
+VIEWS_OF_THE_WRITTEN = {
+    "element_of_sliced_self": lambda b: (b[2:10].view(2, 4)[:, ::2], b[2]),
+    "row_of_sliced_self": lambda b: (b[:16].view(4, 4)[:, :3], b[:3]),
+    "same_view_of_sliced_self": lambda b: (b[1:9:2], b[1:9:2]),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("name", list(VIEWS_OF_THE_WRITTEN))
+def test_a_weight_viewing_self_is_read_before_self_is_written(device, name, dtype):
+    base = make_tensor((16,), dtype, device)
+    self, weight = VIEWS_OF_THE_WRITTEN[name](base)
+    expected = exact_reference(self.clone(), weight.clone())
+    OPS.weighted_sum_(self, weight)
+    torch.testing.assert_close(self, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", list(VIEWS_OF_THE_WRITTEN))
+def test_an_input_viewing_out_is_read_before_out_is_written(device, name):
+    base = make_tensor((16,), torch.float32, device)
+    out, weight = VIEWS_OF_THE_WRITTEN[name](base)
+    x = make_tensor(out.shape, torch.float32, device)
+    expected = exact_reference(x, weight.clone())
+    OPS.weighted_sum.out(x, weight, out=out)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
