@@ -28,6 +28,10 @@ PARTIALS = {
     "wide_outer": ((1024, 65536), [0]),
 }
 LAYOUTS = ("full", "rows_c1024", "rows_c16384", "columns", "broadcast_row", *PARTIALS)
+# Issue 46's reductions over operands that broadcast against each other (a pairwise sum, as KeOps
+# computes): pairs_nN_mM_dD is x [N, 1, D] with w [1, M, D] over dim -1, at n = N M D terms only;
+# only asked for (--layouts pairs). matmul is `(x * x) @ w.T`, which only this term allows.
+PAIRS = {f"pairs_n{n}_m{m}_d{d}": (n, m, d) for n, m, d in ((4096, 4096, 64), (4096, 4096, 256), (1024, 1024, 4096))}
 COLUMNS = 1024
 RATIOS = {
     "square_sum": {
@@ -35,6 +39,7 @@ RATIOS = {
         "vs_sum_same_bytes": ("sum_same_bytes", "bandwidth"),  # CPU: torch.sum over ours' bytes
         "vs_eager": ("eager", "time"),
         "vs_compile": ("compile", "time"),
+        "vs_matmul": ("matmul", "time"),
     }
 }
 COMPILE_SLOW = 1.05  # where compile's time is above this multiple of its floor, ours must beat it
@@ -56,12 +61,14 @@ TARGETS = [
     Target("cpu", "square_sum", "ours", LAYOUTS, 20, "vs_sum >= 0.9"),
     Target("cpu", "square_sum", "ours", LAYOUTS, 20, "vs_sum_same_bytes >= 0.9"),
     Target("cpu", "square_sum", "ours", LAYOUTS, 20, "vs_eager <= 0.6667"),  # 1.5x faster
+    Target("cuda", "square_sum", "ours", tuple(PAIRS), 30, "vs_compile < 1"),
+    Target("cuda", "square_sum", "ours", tuple(PAIRS), 30, "vs_eager < 1"),
 ]
 
 
 def parse_args(argv=None):
-    p = harness.parser(__doc__, {"cuda": (24, 28), "cpu": (16, 22)}, LAYOUTS)
-    return harness.parse(p, argv, compile_static_from=0)
+    p = harness.parser(__doc__, {"cuda": (24, 28), "cpu": (16, 22)}, LAYOUTS, more_layouts=tuple(PAIRS))
+    return harness.parse(p, argv, compile_static_from=0, aliases={"pairs": tuple(PAIRS)})
 
 
 def shapes(layout: str, log2n: int):
@@ -70,6 +77,9 @@ def shapes(layout: str, log2n: int):
     n = 1 << log2n
     if layout == "full":
         return (n,), (n,), None
+    if layout in PAIRS:
+        rows, cols, length = PAIRS[layout]
+        return ((rows, 1, length), (1, cols, length), [-1]) if rows * cols * length == n else None
     if layout in PARTIALS:
         shape, dims = PARTIALS[layout]
         return (shape, shape, dims) if log2n == PARTIAL_LOG2 else None
@@ -101,6 +111,20 @@ def variants(x, w, dims, y, compiled):
 
     def summed(t):
         return (Summed(t.sum(dims), t.abs().sum(dims)),)
+
+    if x.shape[1] == 1 and w.shape[0] == 1 and x.dim() == 3:  # pairs: no [N, M, D] float64 temporary
+        squares, rows = x.double().squeeze(1).square(), w.double().squeeze(0)
+        weighted = lambda: (Summed(squares @ rows.T, squares @ rows.abs().T),)  # noqa: E731
+        reads = nbytes(x, w) + x.shape[0] * w.shape[1] * x.element_size()
+        found = [
+            Variant("copy", lambda: y.copy_(x), lambda: (x.double(),), nbytes(x, y), "square_sum"),
+            Variant("eager", lambda: (w * x.pow(2)).sum(dims), weighted, reads, "square_sum"),
+            Variant("matmul", lambda: (x * x).squeeze(1) @ w.squeeze(0).T, weighted, reads, "square_sum"),
+        ]
+        if compiled is not None:
+            found.append(Variant("compile", lambda: compiled(x, w), weighted, reads, "square_sum"))
+        ours = lambda: torch.ops.custom.weighted_square_sum(x, w, dims)  # noqa: E731
+        return [*found, Variant("ours", ours, weighted, reads, "square_sum")]
 
     result_bytes = nbytes(torch.empty(torch.broadcast_shapes(x.shape, w.shape), dtype=x.dtype, device="meta").sum(dims))
     reads = nbytes(x, w) + result_bytes
@@ -136,7 +160,7 @@ def variants(x, w, dims, y, compiled):
 
 def measure_all(args, device, group_done):
     compilers = {}
-    fields = ["vs_floor", "vs_sum", "vs_sum_same_bytes", "vs_eager", "vs_compile"]
+    fields = ["vs_floor", "vs_sum", "vs_sum_same_bytes", "vs_eager", "vs_compile", "vs_matmul"]
 
     def measure(case, timer):
         x_shape, w_shape, dims = shapes(case.layout, case.log2n)

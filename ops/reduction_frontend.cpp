@@ -149,6 +149,47 @@ at::Tensor sum_leftover(const at::Tensor& partial, const std::vector<int64_t>& l
   return rows;
 }
 
+// The axes of reduce_into's loop: the batch axes [0, tail_begin), `outer` [tail_begin, run.begin),
+// the reduced run, and `inner` after it.
+struct Split {
+  size_t tail_begin;
+  Run run;
+};
+
+// Where the batch axes merge into one, nothing is kept after the run, and one operand is constant
+// along the batch and the other along outer (x [N, 1, D] with w [1, M, D]): the device's pairs
+// loop, one launch for every batch index, if it has one and a plan for the sizes.
+bool reduce_pairs(
+    const ReductionKernel& kernel,
+    const at::Tensor& x,
+    const at::Tensor& w,
+    const std::vector<Axis>& axes,
+    Split split,
+    const at::Tensor& partial) {
+  const auto [tail_begin, run] = split;
+  if (kernel.loops.reduce_pairs == nullptr || tail_begin == 0 || run.end != axes.size() ||
+      !mergeable(axes, 0, tail_begin)) {
+    return false;
+  }
+  const auto batch = merge(axes, 0, tail_begin);
+  const auto outer = merge(axes, tail_begin, run.begin);
+  const auto reduce = merge(axes, run.begin, run.end);
+  const bool input_by_batch = outer.input_stride == 0 && batch.weight_stride == 0;
+  const bool input_by_outer = batch.input_stride == 0 && outer.weight_stride == 0;
+  if (!input_by_batch && !input_by_outer) {
+    return false;
+  }
+  const auto view = [&](const at::Tensor& t, int64_t batch_stride, int64_t outer_stride, int64_t reduce_stride) {
+    return t.as_strided({batch.size, outer.size, reduce.size}, {batch_stride, outer_stride, reduce_stride});
+  };
+  return kernel.loops.reduce_pairs({
+      .out = partial.view({batch.size, outer.size}),
+      .input = view(x, batch.input_stride, outer.input_stride, reduce.input_stride),
+      .weight = view(w, batch.weight_stride, outer.weight_stride, reduce.weight_stride),
+      .name = kernel.name,
+  });
+}
+
 // The broadcast problem as a device loop's [outer, reduce, inner] views, without copying either
 // operand: the loop reduces the last reduced run; the kept axes after it form `inner`; the axes
 // before it form `outer` (its longest mergeable tail; the axes before that tail are batch axes,
@@ -203,7 +244,7 @@ void reduce_into(
   if (total) {
     const auto [input, weight] = views_at(x.storage_offset(), w.storage_offset());
     kernel.loops.reduce({.out = partial, .input = input, .weight = weight, .total = true, .name = kernel.name});
-  } else {
+  } else if (!reduce_pairs(kernel, x, w, axes, {tail_begin, run}, partial)) {
     int64_t batches = 1;
     for (size_t a = 0; a < tail_begin; ++a) {
       batches *= axes[a].size;

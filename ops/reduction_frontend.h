@@ -36,6 +36,11 @@ struct Reduction {
 };
 
 using ReductionLoop = void (*)(const Reduction& args);
+// A loop for operands that broadcast against each other: out [I, J], input and weight [I, J, K]
+// views, one of them with stride 0 along J and the other with stride 0 along I (x [N, 1, D] with
+// w [1, M, D] summed over D). Returns false, having done nothing, where it has no plan for the
+// sizes; the frontend then runs `reduce` once per i.
+using PairsLoop = bool (*)(const Reduction& args);
 
 // A device's loops for one term.
 struct ReductionLoops {
@@ -43,6 +48,7 @@ struct ReductionLoops {
   // summed in it, in an order fixed by the sizes and strides alone (the same bits on every run and
   // thread count), with the error of a pairwise sum.
   ReductionLoop reduce = nullptr;
+  PairsLoop reduce_pairs = nullptr;  // optional
 };
 
 // One operator's kernel for one key: the name its errors carry, and its term's loops.

@@ -42,7 +42,8 @@ __device__ __forceinline__ scalar_t plane_element(const BroadcastArgs<scalar_t>&
 
 // Repeated::Row: the repeated operand's vector is vector mod vectors_per_row. Column: one element
 // per vector, vector div vectors_per_row (a vector never straddles rows). Plane: one element per
-// vector, except for a vector that straddles planes, whose elements each find their own.
+// vector, and the next plane's for a vector that straddles planes (each element its own where a
+// plane is shorter than a vector).
 template <class Term, typename scalar_t, Repeated kRepeated, bool kInputIsRepeated>
 __global__ void __launch_bounds__(kThreads) forward_broadcast_kernel(BroadcastArgs<scalar_t> args) {
   constexpr int kVec = kVectorSize<scalar_t>;
@@ -64,11 +65,24 @@ __global__ void __launch_bounds__(kThreads) forward_broadcast_kernel(BroadcastAr
         repeated_values[k] = repeated_rows[args.vectors_per_row.mod(v)];
       } else if constexpr (kRepeated == Repeated::Plane) {
         const uint32_t e = v * kVec;
-        const scalar_t value = plane_element(args, e);
-        const bool straddles = args.plane.mod(e) + kVec > args.plane.divisor;
+        const uint32_t plane = args.plane.div(e);
+        const scalar_t value = args.repeated[args.channels.mod(plane)];
+        if (args.plane.divisor >= kVec) {
+          // At most one plane boundary in a vector: the elements past it take the next plane's
+          // value, with no division per element (16-bit vectors hold 8).
+          const uint32_t left_in_plane = args.plane.divisor - (e - plane * args.plane.divisor);
+          const scalar_t next = left_in_plane < kVec ? args.repeated[args.channels.mod(plane + 1)] : value;
 #pragma unroll
-        for (int i = 0; i < kVec; ++i) {
-          repeated_values[k].val[i] = straddles && i > 0 ? plane_element(args, e + i) : value;
+          for (int i = 0; i < kVec; ++i) {
+            repeated_values[k].val[i] = static_cast<uint32_t>(i) < left_in_plane ? value : next;
+          }
+        } else {
+          // Planes shorter than a vector (the same branch for the whole grid): each element its own.
+          repeated_values[k].val[0] = value;
+#pragma unroll
+          for (int i = 1; i < kVec; ++i) {
+            repeated_values[k].val[i] = plane_element(args, e + i);
+          }
         }
       } else {
         const scalar_t value = args.repeated[args.vectors_per_row.div(v)];

@@ -35,6 +35,7 @@
 #include <c10/util/Exception.h>
 
 #include "kernels/cuda/cuda_device_guard.h"
+#include "kernels/cuda/reduction_pairs.h"
 #include "kernels/cuda/reduction_plan.h"
 #include "kernels/cuda/vectorized_access.cuh"
 #include "ops/floating_types.h"
@@ -931,7 +932,7 @@ void reduce(const detail::Reduction& args) {
 
 template <class Term>
 struct CudaReductionLoops {
-  static constexpr detail::ReductionLoops value{.reduce = reduce<Term>};
+  static constexpr detail::ReductionLoops value{.reduce = reduce<Term>, .reduce_pairs = cuda::reduce_pairs<Term>};
 };
 
 }  // namespace

@@ -295,4 +295,32 @@ inline Plan plan_reduction(Problem p) {
   return plan;
 }
 
+// ---- Pairs: out[i, j] = sum over k of a term of row i of one operand and row j of the other ----
+// (x [N, 1, D] with w [1, M, D] summed over D.) Every row is read by a whole dim of outputs, so a
+// block stages kPairsStep terms of kPairsTile rows of each operand in shared memory and each
+// thread sums kPairsPer x kPairsPer outputs from them. Each output's terms are added in k order,
+// in runs of kPairsRun (a multiple of kPairsStep) each summed from zero and then added to the
+// output's sum: no accumulator adds more than kMaxSerial terms in series.
+inline constexpr int64_t kPairsTile = 64;  // outputs of a block along i and along j
+inline constexpr int64_t kPairsPer = 4;  // outputs of a thread along i and along j
+inline constexpr int64_t kPairsStep = 16;  // terms of each row a stage holds
+inline constexpr int64_t kPairsRun = 128;
+inline constexpr int64_t kMaxGridY = 65535;
+static_assert((kPairsTile / kPairsPer) * (kPairsTile / kPairsPer) == kThreads);
+static_assert(kPairsRun % kPairsStep == 0 && kPairsRun <= kMaxSerial);
+
+struct PairsPlan {
+  bool fits = false;  // else the frontend's loop over i, one [j, k] reduction a launch
+  int64_t tiles_i = 0;  // grid x
+  int64_t tiles_j = 0;  // grid y
+};
+
+inline PairsPlan plan_pairs(int64_t rows_i, int64_t rows_j, int64_t length) {
+  PairsPlan plan;
+  plan.tiles_i = plan_detail::ceil_div(rows_i, kPairsTile);
+  plan.tiles_j = plan_detail::ceil_div(rows_j, kPairsTile);
+  plan.fits = plan.tiles_j <= kMaxGridY && plan_detail::ceil_div(length, kPairsRun) <= kMaxSerial;
+  return plan;
+}
+
 }  // namespace custom::cuda::reduction

@@ -313,3 +313,20 @@ TEST(WeightedSquareSumPlan, TotalsBeyondOneBlocksSerialBoundAddPartialsInPasses)
 }
 
 }  // namespace
+
+TEST(WeightedSquareSumPlan, PairsTileEveryOutputAndBoundTheSerialAdds) {
+  for (const int64_t rows : {1, 63, 64, 65, 4096}) {
+    const auto plan = sq::plan_pairs(rows, rows + 1, 64);
+    EXPECT_TRUE(plan.fits);
+    EXPECT_GE(plan.tiles_i * sq::kPairsTile, rows);
+    EXPECT_LT((plan.tiles_i - 1) * sq::kPairsTile, rows);
+    EXPECT_GE(plan.tiles_j * sq::kPairsTile, rows + 1);
+    EXPECT_LT((plan.tiles_j - 1) * sq::kPairsTile, rows + 1);
+  }
+  // Runs of kPairsRun, each added to the sum: at most kMaxSerial of them in series.
+  EXPECT_TRUE(sq::plan_pairs(8, 8, sq::kPairsRun * sq::kMaxSerial).fits);
+  EXPECT_FALSE(sq::plan_pairs(8, 8, sq::kPairsRun * sq::kMaxSerial + 1).fits);
+  // The j tiles are the grid's y, which has at most 65535 blocks.
+  EXPECT_TRUE(sq::plan_pairs(8, sq::kPairsTile * sq::kMaxGridY, 8).fits);
+  EXPECT_FALSE(sq::plan_pairs(8, sq::kPairsTile * sq::kMaxGridY + 1, 8).fits);
+}

@@ -74,6 +74,33 @@ def test_dtype_argument_sets_the_result_dtype(device, input_dtype, weight_dtype,
         assert_matches_exact(out, x, w, dim, keepdim, dtype)
 
 
+# Operands that broadcast against each other, each row read by a whole dim of outputs (on the GPU,
+# one tiled launch: reduction_pairs.cu): (input, weight) shapes, dims. Sizes off the 64-output
+# tiles, lengths off the 16-term stages and past one 128-term run.
+PAIRS = [
+    ((70, 1, 5), (1, 3, 5), [-1]),
+    ((65, 1, 130), (1, 67, 130), [2]),
+    ((1, 66, 300), (2, 1, 300), [-1]),  # the input's row is j's
+    ((9, 1, 17), (1, 130, 17), [0, 2]),  # i summed afterwards
+    ((4, 1, 1, 16), (1, 5, 1, 16), [-1]),
+    ((3, 2, 1, 33), (1, 1, 7, 33), [-1]),  # two batch dims, one merged axis
+]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("shapes", PAIRS, ids=str)
+def test_operands_broadcast_against_each_other(device, shapes, dtype):
+    x_shape, w_shape, dim = shapes
+    x, w = make(x_shape, dtype, device), make(w_shape, dtype, device)
+    for keepdim in (False, True):
+        assert_matches_exact(op(x, w, dim, keepdim), x, w, dim, keepdim)
+    # Strided rows (a transposed copy) and a wider result.
+    xt = x.transpose(0, -1).contiguous().transpose(0, -1)
+    assert_matches_exact(op(xt, w, dim, dtype=torch.float64), xt, w, dim, dtype=torch.float64)
+    first = op(x, w, dim)
+    assert torch.equal(op(x, w, dim), first)  # the same bits run to run
+
+
 @pytest.mark.parametrize("dtype", [None, torch.float32, torch.float64], ids=str)
 def test_a_wider_0_dim_weight_is_rounded_to_the_promoted_dtype_whatever_dtype_is(device, dtype):
     # result_type(float16 [n], float32 0-dim) is float16: the composite's `w * x.square()` rounds
