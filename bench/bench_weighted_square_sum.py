@@ -112,7 +112,7 @@ def variants(x, w, dims, y, compiled):
     def summed(t):
         return (Summed(t.sum(dims), t.abs().sum(dims)),)
 
-    if x.shape[1] == 1 and w.shape[0] == 1 and x.dim() == 3:  # pairs: no [N, M, D] float64 temporary
+    if x.dim() == 3 and x.shape[1] == 1 and w.shape[0] == 1:  # pairs: no [N, M, D] float64 temporary
         squares, rows = x.double().squeeze(1).square(), w.double().squeeze(0)
         weighted = lambda: (Summed(squares @ rows.T, squares @ rows.abs().T),)  # noqa: E731
         reads = nbytes(x, w) + x.shape[0] * w.shape[1] * x.element_size()

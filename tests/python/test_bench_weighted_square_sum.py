@@ -77,11 +77,24 @@ def judge(monkeypatch):
 
         def key(r):
             small = " small" if "<=n<=" in r["target"] else ""  # the 2^24-2^25 full-sum target
-            return r["test"].split()[0] + " " + (r["layouts"][0] if len(r["layouts"]) == 1 else "all") + small
+            several = "pairs" if r["layouts"][0].startswith("pairs") else "all"
+            return r["test"].split()[0] + " " + (r["layouts"][0] if len(r["layouts"]) == 1 else several) + small
 
         return {key(r): r for r in results}
 
     return judge
+
+
+def test_gpu_pairs_targets_judge_compile_and_eager_from_2_30(judge):
+    rows = [
+        _ours("pairs_n4096_m4096_d64", 30, 0.8, 0.3, vs_eager=0.02),
+        _ours("pairs_n1024_m1024_d4096", 32, 30.0, 1.2, vs_eager=0.5),
+    ]
+    found = judge(rows, "cuda", None)
+    assert found["vs_compile pairs"]["status"] == "MISS" and found["vs_compile pairs"]["worst"] == 1.2
+    assert found["vs_eager pairs"]["status"] == "PASS" and found["vs_eager pairs"]["worst"] == 0.5
+    # No floor target reads them: their floor (a copy of x) is no bound for a pairwise sum.
+    assert all(r["rows"] == 0 for k, r in found.items() if k.startswith("vs_floor"))
 
 
 def _ours(layout, log2n, vs_floor, vs_compile=None, compile_slow=None, threads=None, **extra):
