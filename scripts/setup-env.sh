@@ -75,7 +75,8 @@ else
     say "creating $venv with torch ${wanted:-newest of $torch} from PyPI (a few GB, minutes the first time)"
     python3 -m venv "$venv"
     "$python" -m pip install -q --upgrade pip >&2
-    "$python" -m pip install -q "${wanted:+torch==$wanted}${wanted:-$torch}" numpy >&2
+    spec=${wanted:+torch==$wanted}  # TORCH=X.Y.Z: that release, else the newest in the range
+    "$python" -m pip install -q "${spec:-$torch}" numpy >&2
   fi
   # numpy: torch warns on import without it ("Failed to initialize NumPy"), in the demo's output too.
   "$python" -c 'import numpy' 2>/dev/null || "$python" -m pip install -q numpy >&2
