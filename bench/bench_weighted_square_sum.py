@@ -112,44 +112,37 @@ def variants(x, w, dims, y, compiled):
     def summed(t):
         return (Summed(t.sum(dims), t.abs().sum(dims)),)
 
-    if x.dim() == 3 and x.shape[1] == 1 and w.shape[0] == 1:  # pairs: no [N, M, D] float64 temporary
+    found = [Variant("copy", lambda: y.copy_(x), lambda: (x.double(),), nbytes(x, y), "square_sum")]
+    pairs = x.dim() == 3 and x.shape[1] == 1 and w.shape[0] == 1
+    if pairs:  # no [N, M, D] float64 temporary; the matmul only this term allows instead of two_step
         squares, rows = x.double().squeeze(1).square(), w.double().squeeze(0)
         weighted = lambda: (Summed(squares @ rows.T, squares @ rows.abs().T),)  # noqa: E731
         reads = nbytes(x, w) + x.shape[0] * w.shape[1] * x.element_size()
-        found = [
-            Variant("copy", lambda: y.copy_(x), lambda: (x.double(),), nbytes(x, y), "square_sum"),
-            Variant("eager", lambda: (w * x.pow(2)).sum(dims), weighted, reads, "square_sum"),
-            Variant("matmul", lambda: (x * x).squeeze(1) @ w.squeeze(0).T, weighted, reads, "square_sum"),
-        ]
-        if compiled is not None:
-            found.append(Variant("compile", lambda: compiled(x, w), weighted, reads, "square_sum"))
-        ours = lambda: torch.ops.custom.weighted_square_sum(x, w, dims)  # noqa: E731
-        return [*found, Variant("ours", ours, weighted, reads, "square_sum")]
-
-    result_bytes = nbytes(torch.empty(torch.broadcast_shapes(x.shape, w.shape), dtype=x.dtype, device="meta").sum(dims))
-    reads = nbytes(x, w) + result_bytes
-    weighted = lambda: summed(w.double() * x.double() * x.double())  # noqa: E731
-    found = [
-        Variant("copy", lambda: y.copy_(x), lambda: (x.double(),), nbytes(x, y), "square_sum"),
-        Variant(
-            "sum_x", lambda: torch.sum(x, dims), lambda: summed(x.double()), nbytes(x) + result_bytes, "square_sum"
-        ),
-    ]
-    if x.device.type == "cpu":  # where x alone still fits a cache that x and w do not
-        both = torch.cat([x.reshape(-1), w.reshape(-1)])
+        other = Variant("matmul", lambda: (x * x).squeeze(1) @ w.squeeze(0).T, weighted, reads, "square_sum")
+    else:
+        shape = torch.broadcast_shapes(x.shape, w.shape)
+        result_bytes = nbytes(torch.empty(shape, dtype=x.dtype, device="meta").sum(dims))
+        reads = nbytes(x, w) + result_bytes
+        weighted = lambda: summed(w.double() * x.double() * x.double())  # noqa: E731
         found.append(
             Variant(
-                "sum_same_bytes",
-                lambda: torch.sum(both),
-                lambda: (Summed(both.double().sum(), both.double().abs().sum()),),
-                nbytes(both) + both.element_size(),
-                "square_sum",
+                "sum_x", lambda: torch.sum(x, dims), lambda: summed(x.double()), nbytes(x) + result_bytes, "square_sum"
             )
         )
-    found += [
-        Variant("eager", lambda: (w * x.pow(2)).sum(dims), weighted, reads, "square_sum"),
-        Variant("two_step", lambda: torch.ops.custom.weighted_sum(x, w).sum(dims), weighted, reads, "square_sum"),
-    ]
+        if x.device.type == "cpu":  # where x alone still fits a cache that x and w do not
+            both = torch.cat([x.reshape(-1), w.reshape(-1)])
+            found.append(
+                Variant(
+                    "sum_same_bytes",
+                    lambda: torch.sum(both),
+                    lambda: (Summed(both.double().sum(), both.double().abs().sum()),),
+                    nbytes(both) + both.element_size(),
+                    "square_sum",
+                )
+            )
+        two_step = lambda: torch.ops.custom.weighted_sum(x, w).sum(dims)  # noqa: E731
+        other = Variant("two_step", two_step, weighted, reads, "square_sum")
+    found += [Variant("eager", lambda: (w * x.pow(2)).sum(dims), weighted, reads, "square_sum"), other]
     if compiled is not None:
         found.append(Variant("compile", lambda: compiled(x, w), weighted, reads, "square_sum"))
     return [

@@ -149,34 +149,20 @@ at::Tensor sum_leftover(const at::Tensor& partial, const std::vector<int64_t>& l
   return rows;
 }
 
-// The axes of reduce_into's loop: the batch axes [0, tail_begin), `outer` [tail_begin, run.begin),
-// the reduced run, and `inner` after it.
-struct Split {
-  size_t tail_begin;
-  Run run;
-};
-
-// Where the batch axes merge into one, nothing is kept after the run, and one operand is constant
-// along the batch and the other along outer (x [N, 1, D] with w [1, M, D]): the device's pairs
-// loop, one launch for every batch index, if it has one and a plan for the sizes.
+// Where one operand is constant along the batch axes (merged into one) and the other along
+// outer, with nothing kept after the run (x [N, 1, D] with w [1, M, D]): the device's pairs loop,
+// one launch for every batch index, if it has one and a plan for the sizes.
 bool reduce_pairs(
     const ReductionKernel& kernel,
     const at::Tensor& x,
     const at::Tensor& w,
-    const std::vector<Axis>& axes,
-    Split split,
+    const Merged& batch,
+    const Merged& outer,
+    const Merged& reduce,
     const at::Tensor& partial) {
-  const auto [tail_begin, run] = split;
-  if (kernel.loops.reduce_pairs == nullptr || tail_begin == 0 || run.end != axes.size() ||
-      !mergeable(axes, 0, tail_begin)) {
-    return false;
-  }
-  const auto batch = merge(axes, 0, tail_begin);
-  const auto outer = merge(axes, tail_begin, run.begin);
-  const auto reduce = merge(axes, run.begin, run.end);
   const bool input_by_batch = outer.input_stride == 0 && batch.weight_stride == 0;
   const bool input_by_outer = batch.input_stride == 0 && outer.weight_stride == 0;
-  if (!input_by_batch && !input_by_outer) {
+  if (kernel.loops.reduce_pairs == nullptr || batch.size == 1 || (!input_by_batch && !input_by_outer)) {
     return false;
   }
   const auto view = [&](const at::Tensor& t, int64_t batch_stride, int64_t outer_stride, int64_t reduce_stride) {
@@ -244,7 +230,9 @@ void reduce_into(
   if (total) {
     const auto [input, weight] = views_at(x.storage_offset(), w.storage_offset());
     kernel.loops.reduce({.out = partial, .input = input, .weight = weight, .total = true, .name = kernel.name});
-  } else if (!reduce_pairs(kernel, x, w, axes, {tail_begin, run}, partial)) {
+  } else if (
+      inner.size != 1 || !mergeable(axes, 0, tail_begin) ||
+      !reduce_pairs(kernel, x, w, merge(axes, 0, tail_begin), outer, reduce, partial)) {
     int64_t batches = 1;
     for (size_t a = 0; a < tail_begin; ++a) {
       batches *= axes[a].size;

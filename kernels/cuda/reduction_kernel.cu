@@ -713,7 +713,7 @@ void launch_total_stage1(
   const auto stream = at::cuda::getCurrentCUDAStream();
   const auto x_blocks = std::min(plan.partials, kMaxBlocks);
   const auto y_blocks = at::ceil_div(plan.partials, x_blocks);
-  TORCH_CHECK(y_blocks <= 65535, name, ": a reduction too large for one CUDA grid");
+  TORCH_CHECK(y_blocks <= reduction::kMaxGridY, name, ": a reduction too large for one CUDA grid");
   const dim3 grid(static_cast<unsigned int>(x_blocks), static_cast<unsigned int>(y_blocks));
   with_flags(plan.vectorized, plan.weight_fixed, [&](auto vectorized, auto weight_fixed) {
     constexpr bool kVectorized = decltype(vectorized)::value;

@@ -63,6 +63,8 @@ inline constexpr int64_t kTargetBlocks = 1024;
 inline constexpr int64_t kMinChunkRows = 512;  // rows of the reduced dim
 // Total: the most partials the last block adds, kMaxSerial per thread.
 inline constexpr int64_t kMaxFinalPartials = kThreads * kMaxSerial;
+// The most blocks a CUDA grid has along y (and z).
+inline constexpr int64_t kMaxGridY = 65535;
 
 // Strides in elements, along {outer, reduce, inner}.
 using Strides = std::array<int64_t, 3>;
@@ -305,7 +307,6 @@ inline constexpr int64_t kPairsTile = 64;  // outputs of a block along i and alo
 inline constexpr int64_t kPairsPer = 4;  // outputs of a thread along i and along j
 inline constexpr int64_t kPairsStep = 16;  // terms of each row a stage holds
 inline constexpr int64_t kPairsRun = 128;
-inline constexpr int64_t kMaxGridY = 65535;
 static_assert((kPairsTile / kPairsPer) * (kPairsTile / kPairsPer) == kThreads);
 static_assert(kPairsRun % kPairsStep == 0 && kPairsRun <= kMaxSerial);
 
