@@ -12,7 +12,7 @@ import sys
 import torch
 
 import bench_harness as harness
-from bench_harness import Summed, Target, Variant, nbytes
+from bench_harness import Summed, Target, Variant, Within, nbytes
 
 OPS = ["custom::weighted_square_sum", "custom::weighted_sum"]  # two_step needs the first op too
 # full: x, w [n], all dims; rows_cC: x, w [n/C, C], dim -1; columns: x, w [n/1024, 1024], dim 0;
@@ -30,8 +30,23 @@ PARTIALS = {
 LAYOUTS = ("full", "rows_c1024", "rows_c16384", "columns", "broadcast_row", *PARTIALS)
 # Issue 46's reductions over operands that broadcast against each other (a pairwise sum, as KeOps
 # computes): pairs_nN_mM_dD is x [N, 1, D] with w [1, M, D] over dim -1, at n = N M D terms only;
-# only asked for (--layouts pairs). matmul is `(x * x) @ w.T`, which only this term allows.
-PAIRS = {f"pairs_n{n}_m{m}_d{d}": (n, m, d) for n, m, d in ((4096, 4096, 64), (4096, 4096, 256), (1024, 1024, 4096))}
+# only asked for (--layouts pairs). matmul is `(x * x) @ w.T`, which only this term allows. Their
+# floor is arithmetic, not bytes: one float32 FMA a term (x * x computed once a row of x), at the
+# rate cuBLAS's float32 GEMM reaches on a square SGEMM_SIDE product on this GPU (TF32 off), the
+# `sgemm` row; vs_fma_floor is a row's time over the row's terms at that rate.
+SGEMM_SIDE = 8192
+# The 2^28 ones are the CPU's rows (its eager composite needs an [N, M, D] temporary).
+PAIRS = {
+    f"pairs_n{n}_m{m}_d{d}": (n, m, d)
+    for n, m, d in (
+        (4096, 4096, 64),
+        (4096, 4096, 256),
+        (1024, 1024, 4096),
+        (1024, 1024, 256),
+        (4096, 4096, 16),
+        (256, 256, 4096),
+    )
+}
 COLUMNS = 1024
 RATIOS = {
     "square_sum": {
@@ -63,6 +78,9 @@ TARGETS = [
     Target("cpu", "square_sum", "ours", LAYOUTS, 20, "vs_eager <= 0.6667"),  # 1.5x faster
     Target("cuda", "square_sum", "ours", tuple(PAIRS), 30, "vs_compile < 1"),
     Target("cuda", "square_sum", "ours", tuple(PAIRS), 30, "vs_eager < 1"),
+    Target("cuda", "square_sum", "ours", tuple(PAIRS), 30, "vs_fma_floor <= 1.5"),
+    Target("cpu", "square_sum", "ours", tuple(PAIRS), 28, "vs_compile < 1"),
+    Target("cpu", "square_sum", "ours", tuple(PAIRS), 28, "vs_eager < 1"),
 ]
 
 
@@ -119,6 +137,8 @@ def variants(x, w, dims, y, compiled):
         weighted = lambda: (Summed(squares @ rows.T, squares @ rows.abs().T),)  # noqa: E731
         reads = nbytes(x, w) + x.shape[0] * w.shape[1] * x.element_size()
         other = Variant("matmul", lambda: (x * x).squeeze(1) @ w.squeeze(0).T, weighted, reads, "square_sum")
+        if x.is_cuda:
+            found.append(sgemm_variant(x.device))
     else:
         shape = torch.broadcast_shapes(x.shape, w.shape)
         result_bytes = nbytes(torch.empty(shape, dtype=x.dtype, device="meta").sum(dims))
@@ -151,9 +171,33 @@ def variants(x, w, dims, y, compiled):
     ]
 
 
+def sgemm_variant(device):
+    """A square float32 product, its FMAs at full precision (TF32 off): the pairs rows' FMA rate."""
+    make = {"dtype": torch.float32, "device": device}
+    a, b = torch.randn(SGEMM_SIDE, SGEMM_SIDE, **make), torch.randn(SGEMM_SIDE, SGEMM_SIDE, **make)
+
+    def call():
+        assert torch.get_float32_matmul_precision() == "highest", "TF32 would not be float32's FMA rate"
+        return a @ b
+
+    def expected():  # a float32 sum's usual error: a few roundings of the root of its length
+        bound = 4 * math.sqrt(SGEMM_SIDE) * torch.finfo(torch.float32).eps * (a.double().abs() @ b.double().abs())
+        return (Within(a.double() @ b.double(), bound),)
+
+    return Variant("sgemm", call, expected, 3 * a.numel() * a.element_size(), "fma")
+
+
+def fma_floor(rows, terms):
+    """vs_fma_floor of every row: its time over `terms` FMAs at the sgemm row's rate."""
+    sgemm = next(row for row in rows if row["variant"] == "sgemm")
+    floor_us = terms * sgemm["median_us"] / SGEMM_SIDE**3
+    for row in rows:
+        row["vs_fma_floor"] = round(row["median_us"] / floor_us, 4)
+
+
 def measure_all(args, device, group_done):
     compilers = {}
-    fields = ["vs_floor", "vs_sum", "vs_sum_same_bytes", "vs_eager", "vs_compile", "vs_matmul"]
+    fields = ["vs_floor", "vs_sum", "vs_sum_same_bytes", "vs_eager", "vs_compile", "vs_matmul", "vs_fma_floor"]
 
     def measure(case, timer):
         x_shape, w_shape, dims = shapes(case.layout, case.log2n)
@@ -169,6 +213,8 @@ def measure_all(args, device, group_done):
         by_name = {row["variant"]: row for row in rows}
         compile_row = by_name.get("compile")
         by_name["ours"]["compile_slow"] = compile_row["vs_floor"] > COMPILE_SLOW if compile_row else None
+        if "sgemm" in by_name:
+            fma_floor(rows, math.prod(torch.broadcast_shapes(x.shape, w.shape)))
         harness.print_rows(rows, fields)
         return rows
 

@@ -134,9 +134,9 @@ const detail::ReductionLoops& selected_reduction_loops() {
 // &detail::ElementwiseLoops::forward) of the table kSelected() returns, with the entry's own
 // arguments (deduced from the pointer it initializes), e.g.
 //   .forward = call_selected<&selected_elementwise_loops<Term>, &detail::ElementwiseLoops::forward>
-template <auto kSelected, auto kLoop, typename... Args>
-void call_selected(Args... args) {
-  (kSelected().*kLoop)(args...);
+template <auto kSelected, auto kLoop, typename Result, typename... Args>
+Result call_selected(Args... args) {
+  return (kSelected().*kLoop)(args...);
 }
 
 }  // namespace custom::cpu

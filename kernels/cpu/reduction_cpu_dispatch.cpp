@@ -11,6 +11,7 @@ template <class Term>
 struct CpuReductionLoops {
   static constexpr detail::ReductionLoops value{
       .reduce = call_selected<&selected_reduction_loops<Term>, &detail::ReductionLoops::reduce>,
+      .reduce_pairs = call_selected<&selected_reduction_loops<Term>, &detail::ReductionLoops::reduce_pairs>,
   };
 };
 

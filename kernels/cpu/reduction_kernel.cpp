@@ -48,6 +48,7 @@
 #include <custom_ops/operators.h>
 
 #include "kernels/cpu/cpu_loops.h"
+#include "kernels/cpu/reduction_pairs.h"
 #include "kernels/cpu/vectorized_term_functions.h"
 #include "ops/floating_types.h"
 #include "ops/reduction_frontend.h"
@@ -599,7 +600,7 @@ void reduce(const detail::Reduction& args) {
 
 template <class Term>
 const detail::ReductionLoops& reduction_loops() {
-  static constexpr detail::ReductionLoops loops{.reduce = reduce<Term>};
+  static constexpr detail::ReductionLoops loops{.reduce = reduce<Term>, .reduce_pairs = reduce_pairs<Term>};
   return loops;
 }
 

@@ -9,12 +9,15 @@
 #include <cstdint>
 
 #include <ATen/OpMathType.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/util/Exception.h>
 
 #include "kernels/cuda/reduction_pairs.h"
 #include "kernels/cuda/reduction_plan.h"
+#include "kernels/cuda/vectorized_access.cuh"
 #include "ops/floating_types.h"
 #include "ops/operator_rows.h"
 
@@ -25,11 +28,15 @@ namespace reduction = cuda::reduction;
 constexpr int kTile = reduction::kPairsTile;
 constexpr int kPer = reduction::kPairsPer;
 constexpr int kStep = reduction::kPairsStep;
-constexpr int kRun = reduction::kPairsRun;
 constexpr int kLanes = kTile / kPer;  // threads along i, and along j
-// Row pitch of a stage: kPer accumulators of a thread are one aligned load; the 4 extra ones
-// spread a stage's stores (k-major within a row) over the banks.
+// A thread's kPer rows of a dim are two groups of kGroup consecutive ones, kTile / 2 apart: each
+// group one 16-byte shared load, and a warp's loads of one stage row conflict-free.
+constexpr int kGroup = kPer / 2;
+// Elements of each operand a thread loads a stage.
+constexpr int kLoads = kStep * kTile / reduction::kThreads;
+// Row pitch of a stage: the stores (consecutive threads along k) fall in distinct banks.
 constexpr int kPitch = kTile + 4;
+static_assert(kGroup == 4 && kTile % (reduction::kThreads / kStep) == 0);
 
 template <typename scalar_t>
 struct PairsArgs {
@@ -42,85 +49,185 @@ struct PairsArgs {
   int64_t rows_i;
   int64_t rows_j;
   int64_t length;
+  int64_t chunk_length;
 };
 
 template <typename acc>
-struct alignas(kPer * sizeof(acc)) Group {
-  acc v[kPer];
+struct alignas(kGroup * sizeof(acc)) Group {
+  acc v[kGroup];
 };
 
+// One stage: the kStep terms from k0 of the tile's rows of one operand, kLoads a thread: row
+// r = threadIdx / kStep + l * (kThreads / kStep), term threadIdx % kStep, so a row's terms come
+// from consecutive threads. Zero past the rows or the chunk's end (never summed).
+template <typename acc, typename scalar_t>
+struct StageLoader {
+  const scalar_t* rows;  // the tile's first row
+  int64_t stride;
+  int64_t k_stride;
+  int valid_rows;
+
+  __device__ void load(int64_t k0, int64_t k_end, acc (&values)[kLoads]) const {
+    const int k = static_cast<int>(threadIdx.x) % kStep;
+    const int r = static_cast<int>(threadIdx.x) / kStep;
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      const int row = r + l * (reduction::kThreads / kStep);
+      values[l] =
+          row < valid_rows && k0 + k < k_end ? static_cast<acc>(rows[row * stride + (k0 + k) * k_stride]) : acc(0);
+    }
+  }
+  __device__ static void store(const acc (&values)[kLoads], acc (*stage)[kPitch]) {
+    const int k = static_cast<int>(threadIdx.x) % kStep;
+    const int r = static_cast<int>(threadIdx.x) / kStep;
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      stage[k][r + l * (reduction::kThreads / kStep)] = values[l];
+    }
+  }
+};
+
+// A thread's kPer values of one stage row: its two groups.
+template <typename acc>
+__device__ __forceinline__ void load_row(const acc* stage_row, int lane, acc (&v)[kPer]) {
+  const auto* groups = reinterpret_cast<const Group<acc>*>(stage_row);
+  const Group<acc> low = groups[lane];
+  const Group<acc> high = groups[kLanes + lane];
+#pragma unroll
+  for (int g = 0; g < kGroup; ++g) {
+    v[g] = low.v[g];
+    v[kGroup + g] = high.v[g];
+  }
+}
+
+// Two blocks an SM: the registers a thread (at most 128) hold its float sums and a stage's loads,
+// and the other block computes while one waits at its barrier (docs/benchmarks.md). float64 sums
+// take twice the registers: one block.
+template <typename acc>
+constexpr int kBlocksPerSm = sizeof(acc) == 4 ? 2 : 1;
+
+// out (or the chunk's partials) [rows_i, rows_j] = the sums over the block's chunk (blockIdx.z).
 template <class Term, typename scalar_t, typename out_t, bool kInputByI>
-__global__ void __launch_bounds__(reduction::kThreads) pairs_kernel(PairsArgs<scalar_t> a, out_t* out) {
+__global__ void __launch_bounds__(reduction::kThreads, kBlocksPerSm<at::opmath_type<scalar_t>>) pairs_kernel(
+    PairsArgs<scalar_t> a, out_t* out) {
   using acc = at::opmath_type<scalar_t>;
-  __shared__ Group<acc> stage_i_groups[kStep][kPitch / kPer];
-  __shared__ Group<acc> stage_j_groups[kStep][kPitch / kPer];
-  auto* const stage_i = reinterpret_cast<acc(*)[kPitch]>(stage_i_groups);
-  auto* const stage_j = reinterpret_cast<acc(*)[kPitch]>(stage_j_groups);
+  // Two buffers of a stage of each operand: [kStep][kPitch] accumulation-type values each.
+  __shared__ Group<acc> stage_i_groups[2][kStep][kPitch / kGroup];
+  __shared__ Group<acc> stage_j_groups[2][kStep][kPitch / kGroup];
   const int lane_j = static_cast<int>(threadIdx.x) % kLanes;
   const int lane_i = static_cast<int>(threadIdx.x) / kLanes;
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const int64_t j0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t k_begin = static_cast<int64_t>(blockIdx.z) * a.chunk_length;
+  const int64_t k_end = k_begin + a.chunk_length < a.length ? k_begin + a.chunk_length : a.length;
+  const auto rows_left = [](int64_t rows, int64_t first) {
+    return static_cast<int>(rows - first < kTile ? rows - first : kTile);
+  };
+  const StageLoader<acc, scalar_t> loader_i{
+      a.by_i + i0 * a.i_stride, a.i_stride, a.i_k_stride, rows_left(a.rows_i, i0)};
+  const StageLoader<acc, scalar_t> loader_j{
+      a.by_j + j0 * a.j_stride, a.j_stride, a.j_k_stride, rows_left(a.rows_j, j0)};
+  const auto stage_i = [&](int b) { return reinterpret_cast<acc(*)[kPitch]>(stage_i_groups[b]); };
+  const auto stage_j = [&](int b) { return reinterpret_cast<acc(*)[kPitch]>(stage_j_groups[b]); };
 
   acc sum[kPer][kPer];
-  acc run[kPer][kPer];
 #pragma unroll
   for (int p = 0; p < kPer; ++p) {
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
       sum[p][q] = acc(0);
-      run[p][q] = acc(0);
     }
   }
-  for (int64_t k0 = 0; k0 < a.length; k0 += kStep) {
-    // Consecutive threads load consecutive k of one row: contiguous rows load in 64-byte runs.
-    for (int e = static_cast<int>(threadIdx.x); e < kStep * kTile; e += reduction::kThreads) {
-      const int k = e % kStep;
-      const int r = e / kStep;
-      const bool in_k = k0 + k < a.length;
-      stage_i[k][r] = in_k && i0 + r < a.rows_i
-          ? static_cast<acc>(a.by_i[(i0 + r) * a.i_stride + (k0 + k) * a.i_k_stride])
-          : acc(0);
-      stage_j[k][r] = in_k && j0 + r < a.rows_j
-          ? static_cast<acc>(a.by_j[(j0 + r) * a.j_stride + (k0 + k) * a.j_k_stride])
-          : acc(0);
-    }
-    __syncthreads();
-    // The same count for the whole block: only the last stage is short.
-    const int terms = static_cast<int>(a.length - k0 < kStep ? a.length - k0 : kStep);
-    for (int k = 0; k < terms; ++k) {
-      const Group<acc> vi = stage_i_groups[k][lane_i];
-      const Group<acc> vj = stage_j_groups[k][lane_j];
+  acc next_i[kLoads];
+  acc next_j[kLoads];
+  loader_i.load(k_begin, k_end, next_i);
+  loader_j.load(k_begin, k_end, next_j);
+  StageLoader<acc, scalar_t>::store(next_i, stage_i(0));
+  StageLoader<acc, scalar_t>::store(next_j, stage_j(0));
+  __syncthreads();
+  const auto add_terms = [&](int b, int k) {
+    acc vi[kPer];
+    acc vj[kPer];
+    load_row(stage_i(b)[k], lane_i, vi);
+    load_row(stage_j(b)[k], lane_j, vj);
 #pragma unroll
-      for (int p = 0; p < kPer; ++p) {
+    for (int p = 0; p < kPer; ++p) {
 #pragma unroll
-        for (int q = 0; q < kPer; ++q) {
-          run[p][q] += kInputByI ? Term::value(vi.v[p], vj.v[q]) : Term::value(vj.v[q], vi.v[p]);
-        }
+      for (int q = 0; q < kPer; ++q) {
+        sum[p][q] += kInputByI ? Term::value(vi[p], vj[q]) : Term::value(vj[q], vi[p]);
       }
     }
-    __syncthreads();
-    if ((k0 + kStep) % kRun == 0 || k0 + kStep >= a.length) {
+  };
+  int b = 0;
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kStep, b ^= 1) {
+    const bool more = k0 + kStep < k_end;
+    if (more) {  // the next stage's loads in flight while this one is summed
+      loader_i.load(k0 + kStep, k_end, next_i);
+      loader_j.load(k0 + kStep, k_end, next_j);
+    }
+    if (k0 + kStep <= k_end) {
 #pragma unroll
-      for (int p = 0; p < kPer; ++p) {
-#pragma unroll
-        for (int q = 0; q < kPer; ++q) {
-          sum[p][q] += run[p][q];
-          run[p][q] = acc(0);
-        }
+      for (int k = 0; k < kStep; ++k) {
+        add_terms(b, k);
+      }
+    } else {  // the chunk's last, short stage: the same count for the whole block
+      for (int k = 0; k < static_cast<int>(k_end - k0); ++k) {
+        add_terms(b, k);
       }
     }
+    if (more) {
+      StageLoader<acc, scalar_t>::store(next_i, stage_i(b ^ 1));
+      StageLoader<acc, scalar_t>::store(next_j, stage_j(b ^ 1));
+    }
+    __syncthreads();
   }
+
+  out += static_cast<int64_t>(blockIdx.z) * a.rows_i * a.rows_j;
+  // Four consecutive outputs a store where every row starts on a multiple of four.
+  const bool vectors =
+      a.rows_j % kGroup == 0 && reinterpret_cast<std::uintptr_t>(out) % sizeof(Vector<out_t, kGroup>) == 0;
 #pragma unroll
   for (int p = 0; p < kPer; ++p) {
-    const int64_t i = i0 + lane_i * kPer + p;
+    const int64_t i = i0 + (p / kGroup) * (kTile / 2) + lane_i * kGroup + p % kGroup;
+    if (i >= a.rows_i) {
+      continue;
+    }
 #pragma unroll
-    for (int q = 0; q < kPer; ++q) {
-      const int64_t j = j0 + lane_j * kPer + q;
-      if (i < a.rows_i && j < a.rows_j) {
-        out[i * a.rows_j + j] = static_cast<out_t>(sum[p][q]);
+    for (int h = 0; h < 2; ++h) {
+      const int64_t j = j0 + h * (kTile / 2) + lane_j * kGroup;
+      out_t* const row = out + i * a.rows_j;
+      if (vectors && j + kGroup <= a.rows_j) {
+        Vector<out_t, kGroup> v;
+#pragma unroll
+        for (int g = 0; g < kGroup; ++g) {
+          v.val[g] = static_cast<out_t>(sum[p][h * kGroup + g]);
+        }
+        store_vector<kGroup>(row + j, v);
+      } else {
+#pragma unroll
+        for (int g = 0; g < kGroup; ++g) {
+          if (j + g < a.rows_j) {
+            row[j + g] = static_cast<out_t>(sum[p][h * kGroup + g]);
+          }
+        }
       }
     }
   }
+}
+
+// out[e] = the sum of partials[c][e] over the chunks c, in chunk order.
+template <typename acc, typename out_t>
+__global__ void __launch_bounds__(reduction::kThreads) add_chunks_kernel(
+    const acc* partials, int64_t chunks, int64_t outputs, out_t* out) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * reduction::kThreads + threadIdx.x;
+  if (e >= outputs) {
+    return;
+  }
+  acc sum = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    sum += partials[c * outputs + e];
+  }
+  out[e] = static_cast<out_t>(sum);
 }
 
 }  // namespace
@@ -140,7 +247,9 @@ bool reduce_pairs(const detail::Reduction& args) {
   }
   const auto& by_i = input_by_i ? x : w;
   const auto& by_j = input_by_i ? w : x;
-  const dim3 grid(static_cast<unsigned int>(plan.tiles_i), static_cast<unsigned int>(plan.tiles_j));
+  const dim3 grid(
+      static_cast<unsigned int>(plan.tiles_i), static_cast<unsigned int>(plan.tiles_j),
+      static_cast<unsigned int>(plan.chunks));
   const auto stream = at::cuda::getCurrentCUDAStream();
   CUSTOM_OPS_DISPATCH_FLOATING_TYPES(x.scalar_type(), "reduction_pairs_cuda", [&] {
     using acc = at::opmath_type<scalar_t>;
@@ -153,19 +262,30 @@ bool reduce_pairs(const detail::Reduction& args) {
         by_j.stride(2),
         x.size(0),
         x.size(1),
-        x.size(2)};
-    const auto launch = [&]<typename out_t, bool kInputByI>() {
-      pairs_kernel<Term, scalar_t, out_t, kInputByI>
-          <<<grid, reduction::kThreads, 0, stream>>>(a, out.mutable_data_ptr<out_t>());
+        x.size(2),
+        plan.chunk_length};
+    const auto launch = [&]<typename out_t>(out_t* result) {
+      input_by_i ? pairs_kernel<Term, scalar_t, out_t, true><<<grid, reduction::kThreads, 0, stream>>>(a, result)
+                 : pairs_kernel<Term, scalar_t, out_t, false><<<grid, reduction::kThreads, 0, stream>>>(a, result);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    const auto add_chunks = [&]<typename out_t>(const acc* partials, out_t* result) {
+      const int64_t outputs = out.numel();
+      const auto blocks = static_cast<unsigned int>((outputs + reduction::kThreads - 1) / reduction::kThreads);
+      add_chunks_kernel<<<blocks, reduction::kThreads, 0, stream>>>(partials, plan.chunks, outputs, result);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
     const bool out_acc = out.scalar_type() == c10::CppTypeToScalarType<acc>::value;
     TORCH_INTERNAL_ASSERT(out_acc || out.scalar_type() == x.scalar_type());
-    if (out_acc) {
-      input_by_i ? launch.template operator()<acc, true>() : launch.template operator()<acc, false>();
-    } else {
-      input_by_i ? launch.template operator()<scalar_t, true>() : launch.template operator()<scalar_t, false>();
+    if (plan.chunks == 1) {
+      out_acc ? launch(out.mutable_data_ptr<acc>()) : launch(out.mutable_data_ptr<scalar_t>());
+      return;
     }
+    const auto partials =
+        at::empty({plan.chunks, out.numel()}, out.options().dtype(c10::CppTypeToScalarType<acc>::value));
+    launch(partials.mutable_data_ptr<acc>());
+    out_acc ? add_chunks(partials.const_data_ptr<acc>(), out.mutable_data_ptr<acc>())
+            : add_chunks(partials.const_data_ptr<acc>(), out.mutable_data_ptr<scalar_t>());
   });
   return true;
 }

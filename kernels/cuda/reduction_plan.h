@@ -299,28 +299,41 @@ inline Plan plan_reduction(Problem p) {
 
 // ---- Pairs: out[i, j] = sum over k of a term of row i of one operand and row j of the other ----
 // (x [N, 1, D] with w [1, M, D] summed over D.) Every row is read by a whole dim of outputs, so a
-// block stages kPairsStep terms of kPairsTile rows of each operand in shared memory and each
-// thread sums kPairsPer x kPairsPer outputs from them. Each output's terms are added in k order,
-// in runs of kPairsRun (a multiple of kPairsStep) each summed from zero and then added to the
-// output's sum: no accumulator adds more than kMaxSerial terms in series.
-inline constexpr int64_t kPairsTile = 64;  // outputs of a block along i and along j
-inline constexpr int64_t kPairsPer = 4;  // outputs of a thread along i and along j
-inline constexpr int64_t kPairsStep = 16;  // terms of each row a stage holds
-inline constexpr int64_t kPairsRun = 128;
+// block stages kPairsStep terms of kPairsTile rows of each operand in shared memory (two stages,
+// the next one loading while the block sums the current one) and each thread sums kPairsPer x
+// kPairsPer outputs from them, as a GEMM without tensor cores does. The reduced dim is cut into
+// chunks of at most kMaxSerial terms, a multiple of kPairsStep: each output adds a chunk's terms
+// in k order, in series; with more than one chunk, a second kernel adds an output's chunk
+// partials in chunk order. Chunks also fill the GPU when the outputs' tiles are too few.
+inline constexpr int64_t kPairsTile = 128;  // outputs of a block along i and along j
+inline constexpr int64_t kPairsPer = 8;  // outputs of a thread along i and along j
+inline constexpr int64_t kPairsStep = 8;  // terms of each row a stage holds
+// Chunks shorter than this only for reductions that are shorter: a chunk's partials cost a
+// write and a read of every output.
+inline constexpr int64_t kPairsMinChunk = 512;
 static_assert((kPairsTile / kPairsPer) * (kPairsTile / kPairsPer) == kThreads);
-static_assert(kPairsRun % kPairsStep == 0 && kPairsRun <= kMaxSerial);
+static_assert(kMaxSerial % kPairsStep == 0);
 
 struct PairsPlan {
   bool fits = false;  // else the frontend's loop over i, one [j, k] reduction a launch
   int64_t tiles_i = 0;  // grid x
   int64_t tiles_j = 0;  // grid y
+  int64_t chunks = 1;  // grid z
+  int64_t chunk_length = 0;  // terms, a multiple of kPairsStep (the last chunk may be shorter)
 };
 
 inline PairsPlan plan_pairs(int64_t rows_i, int64_t rows_j, int64_t length) {
+  using namespace plan_detail;
   PairsPlan plan;
-  plan.tiles_i = plan_detail::ceil_div(rows_i, kPairsTile);
-  plan.tiles_j = plan_detail::ceil_div(rows_j, kPairsTile);
-  plan.fits = plan.tiles_j <= kMaxGridY && plan_detail::ceil_div(length, kPairsRun) <= kMaxSerial;
+  plan.tiles_i = ceil_div(rows_i, kPairsTile);
+  plan.tiles_j = ceil_div(rows_j, kPairsTile);
+  const int64_t min_chunks = ceil_div(length, kMaxSerial);
+  const int64_t chunks =
+      pieces(plan.tiles_i * plan.tiles_j, length, min_chunks, kEnoughBlocks, kTargetBlocks, kPairsMinChunk);
+  plan.chunk_length = ceil_div(ceil_div(length, chunks), kPairsStep) * kPairsStep;
+  plan.chunks = ceil_div(length, plan.chunk_length);  // no empty chunk
+  // The second kernel adds at most kMaxSerial partials in series.
+  plan.fits = plan.tiles_j <= kMaxGridY && plan.chunks <= std::min(kMaxGridY, kMaxSerial);
   return plan;
 }
 

@@ -315,7 +315,7 @@ TEST(WeightedSquareSumPlan, TotalsBeyondOneBlocksSerialBoundAddPartialsInPasses)
 }  // namespace
 
 TEST(WeightedSquareSumPlan, PairsTileEveryOutputAndBoundTheSerialAdds) {
-  for (const int64_t rows : {1, 63, 64, 65, 4096}) {
+  for (const int64_t rows : {1, 127, 128, 129, 4096}) {
     const auto plan = sq::plan_pairs(rows, rows + 1, 64);
     EXPECT_TRUE(plan.fits);
     EXPECT_GE(plan.tiles_i * sq::kPairsTile, rows);
@@ -323,9 +323,26 @@ TEST(WeightedSquareSumPlan, PairsTileEveryOutputAndBoundTheSerialAdds) {
     EXPECT_GE(plan.tiles_j * sq::kPairsTile, rows + 1);
     EXPECT_LT((plan.tiles_j - 1) * sq::kPairsTile, rows + 1);
   }
-  // Runs of kPairsRun, each added to the sum: at most kMaxSerial of them in series.
-  EXPECT_TRUE(sq::plan_pairs(8, 8, sq::kPairsRun * sq::kMaxSerial).fits);
-  EXPECT_FALSE(sq::plan_pairs(8, 8, sq::kPairsRun * sq::kMaxSerial + 1).fits);
+  // Chunks: every term in one, none empty, at most kMaxSerial terms each (whole stages but the
+  // last), and at most kMaxSerial of them for the second kernel to add.
+  for (const int64_t length : {1, 7, 8, 9, 1000, 1024, 1025, 4096, 100000, 1 << 20}) {
+    for (const int64_t rows : {1, 1024, 4096}) {
+      const auto plan = sq::plan_pairs(rows, rows, length);
+      ASSERT_TRUE(plan.fits) << length;
+      EXPECT_EQ(plan.chunk_length % sq::kPairsStep, 0);
+      EXPECT_LE(plan.chunk_length, sq::kMaxSerial);
+      EXPECT_GE(plan.chunks * plan.chunk_length, length);
+      EXPECT_LT((plan.chunks - 1) * plan.chunk_length, length);
+      EXPECT_LE(plan.chunks, sq::kMaxSerial);
+    }
+  }
+  // The outputs' tiles alone fill the GPU: one chunk where it holds the terms; else chunks of at
+  // least kPairsMinChunk terms fill it.
+  EXPECT_EQ(sq::plan_pairs(4096, 4096, 256).chunks, 1);
+  const auto few_tiles = sq::plan_pairs(1024, 1024, 4096);
+  EXPECT_EQ(few_tiles.chunks, 4096 / sq::kPairsMinChunk);
+  EXPECT_EQ(few_tiles.chunk_length, sq::kPairsMinChunk);
+  EXPECT_FALSE(sq::plan_pairs(8, 8, sq::kMaxSerial * sq::kMaxSerial + 1).fits);
   // The j tiles are the grid's y, which has at most 65535 blocks.
   EXPECT_TRUE(sq::plan_pairs(8, sq::kPairsTile * sq::kMaxGridY, 8).fits);
   EXPECT_FALSE(sq::plan_pairs(8, sq::kPairsTile * sq::kMaxGridY + 1, 8).fits);

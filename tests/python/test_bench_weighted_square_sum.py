@@ -59,8 +59,8 @@ def test_cpu_run_writes_every_variant_with_its_ratios(tmp_path):
             assert row["vs_eager"] == approx_ratio(row["median_us"], variants["eager"]["median_us"])
         assert ours["compile_slow"] is None  # no compile measured
 
-    # The CPU targets start at 2^20: listed, without rows.
-    assert len(data["summary"]) == 3 and all(t["target"].startswith("CPU") for t in data["summary"])
+    # The CPU targets start at 2^20 (the pairs ones at 2^28): listed, without rows.
+    assert len(data["summary"]) == 5 and all(t["target"].startswith("CPU") for t in data["summary"])
     assert all(target["status"] == "n/a" for target in data["summary"])
     assert "== targets" in result.stdout
 
@@ -85,14 +85,15 @@ def judge(monkeypatch):
     return judge
 
 
-def test_gpu_pairs_targets_judge_compile_and_eager_from_2_30(judge):
+def test_gpu_pairs_targets_judge_compile_eager_and_the_fma_floor_from_2_30(judge):
     rows = [
-        _ours("pairs_n4096_m4096_d64", 30, 0.8, 0.3, vs_eager=0.02),
-        _ours("pairs_n1024_m1024_d4096", 32, 30.0, 1.2, vs_eager=0.5),
+        _ours("pairs_n4096_m4096_d64", 30, 0.8, 0.3, vs_eager=0.02, vs_fma_floor=1.4),
+        _ours("pairs_n1024_m1024_d4096", 32, 30.0, 1.2, vs_eager=0.5, vs_fma_floor=1.6),
     ]
     found = judge(rows, "cuda", None)
     assert found["vs_compile pairs"]["status"] == "MISS" and found["vs_compile pairs"]["worst"] == 1.2
     assert found["vs_eager pairs"]["status"] == "PASS" and found["vs_eager pairs"]["worst"] == 0.5
+    assert found["vs_fma_floor pairs"]["status"] == "MISS" and found["vs_fma_floor pairs"]["worst"] == 1.6
     # No floor target reads them: their floor (a copy of x) is no bound for a pairwise sum.
     assert all(r["rows"] == 0 for k, r in found.items() if k.startswith("vs_floor"))
 
@@ -154,3 +155,13 @@ def test_cpu_targets_read_all_threads_rows_from_2_20(judge):
     assert same_bytes["status"] == "PASS" and same_bytes["worst"] == 0.92
     assert eager["status"] == "PASS" and eager["worst"] == 0.6
     assert bandwidth["rows"] == same_bytes["rows"] == eager["rows"] == 2
+
+
+def test_the_fma_floor_is_the_rows_terms_at_the_sgemm_rows_rate(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import bench_weighted_square_sum as bench
+
+    side = bench.SGEMM_SIDE
+    rows = [{"variant": "sgemm", "median_us": 2000.0}, {"variant": "ours", "median_us": 300.0}]
+    bench.fma_floor(rows, side**3 // 16)  # a sixteenth of the product's FMAs: a floor of 125 us
+    assert rows[0]["vs_fma_floor"] == 16.0 and rows[1]["vs_fma_floor"] == 2.4

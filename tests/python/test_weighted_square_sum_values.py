@@ -393,6 +393,8 @@ DETERMINISM_CASES = {
     # Full reductions with a weight broadcast along a dim: the rows' sums added inside the loop.
     "broadcast_row_all": ((4099, 1024), "contiguous", (1024,), None),
     "weight_per_row_all": ((4099, 1024), "contiguous", (4099, 1), None),
+    # Operands that broadcast against each other (the pairs loops), past one 128-term run.
+    "pairs": ((1024, 1, 300), "contiguous", (1, 300, 300), [-1]),
 }
 
 
@@ -413,6 +415,8 @@ def cancelling_operands(x_shape, x_kind, w_shape, dim):
     Where an output's weight has one sign along the reduced dims nothing cancels; those cases have
     many outputs instead."""
     x, w = make(x_shape, torch.float32, "cpu", x_kind), make(w_shape, torch.float32, "cpu")
+    if torch.broadcast_shapes(x.shape, w.shape) != x.shape:
+        return x, w  # x's rows serve many outputs, which no scale suits: the weights' signs cancel
     reduced = sorted(reduced_dims(x.dim(), dim))
     terms = w * x.square()
     positive = terms.clamp(min=0).sum(reduced, keepdim=True)
