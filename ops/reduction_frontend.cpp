@@ -118,6 +118,41 @@ Run last_reduced_run(const std::vector<Axis>& axes) {
   return {begin, end};
 }
 
+// Where the axes before the run that merge with it begin: they form `outer`; the axes before
+// them are batch axes, one loop call per index.
+size_t outer_begin(const std::vector<Axis>& axes, Run run) {
+  size_t begin = run.begin;
+  while (begin > 0 && mergeable(axes, begin - 1, run.begin)) {
+    --begin;
+  }
+  return begin;
+}
+
+// Whether one operand is constant along the batch axes (merged into one) and the other along outer
+// (x [N, 1, D] with w [1, M, D]): a device's pairs loop takes every batch index in one call.
+bool pairs_layout(const Merged& batch, const Merged& outer) {
+  const bool input_by_batch = outer.input_stride == 0 && batch.weight_stride == 0;
+  const bool input_by_outer = batch.input_stride == 0 && outer.weight_stride == 0;
+  return batch.size > 1 && (input_by_batch || input_by_outer);
+}
+
+// Terms a loop call should have at least for its fixed cost (dispatch, threads or a launch) to be
+// a small share: below it, copies of the operands in whose layout every axis merges cost less.
+constexpr int64_t kCpuCallTerms = int64_t{1} << 16;
+constexpr int64_t kCudaCallTerms = int64_t{1} << 20;
+
+// Whether reduce_into would loop over batch indices, each call with few terms, where no pairs loop
+// takes them.
+bool small_calls_per_index(const std::vector<Axis>& axes, Run run, bool cuda) {
+  const size_t begin = outer_begin(axes, run);
+  if (begin == 0 ||
+      (run.end == axes.size() && mergeable(axes, 0, begin) &&
+       pairs_layout(merge(axes, 0, begin), merge(axes, begin, run.begin)))) {
+    return false;
+  }
+  return merge(axes, begin, axes.size()).size < (cuda ? kCudaCallTerms : kCpuCallTerms);
+}
+
 // Sums `partial` over its dims `leftover`, in an order that gives the same bits on every run; the
 // kept elements in their order, flat. CUDA: at::sum, one kernel whose order follows the shape and
 // the device (no atomics). CPU: at::sum's order follows the thread count, so a pairwise tree of
@@ -149,9 +184,8 @@ at::Tensor sum_leftover(const at::Tensor& partial, const std::vector<int64_t>& l
   return rows;
 }
 
-// Where one operand is constant along the batch axes (merged into one) and the other along
-// outer, with nothing kept after the run (x [N, 1, D] with w [1, M, D]): the device's pairs loop,
-// one launch for every batch index, if it has one and a plan for the sizes.
+// Where the batch axes and outer are a pairs layout, with nothing kept after the run: the device's
+// pairs loop, one call for every batch index, if it has one and a plan for the sizes.
 bool reduce_pairs(
     const ReductionKernel& kernel,
     const at::Tensor& x,
@@ -160,9 +194,7 @@ bool reduce_pairs(
     const Merged& outer,
     const Merged& reduce,
     const at::Tensor& partial) {
-  const bool input_by_batch = outer.input_stride == 0 && batch.weight_stride == 0;
-  const bool input_by_outer = batch.input_stride == 0 && outer.weight_stride == 0;
-  if (kernel.loops.reduce_pairs == nullptr || batch.size == 1 || (!input_by_batch && !input_by_outer)) {
+  if (kernel.loops.reduce_pairs == nullptr || !pairs_layout(batch, outer)) {
     return false;
   }
   const auto view = [&](const at::Tensor& t, int64_t batch_stride, int64_t outer_stride, int64_t reduce_stride) {
@@ -191,10 +223,7 @@ void reduce_into(
     Run run,
     const at::Tensor& out) {
   const auto acc_dtype = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  size_t tail_begin = run.begin;
-  while (tail_begin > 0 && mergeable(axes, tail_begin - 1, run.begin)) {
-    --tail_begin;
-  }
+  const size_t tail_begin = outer_begin(axes, run);
   const auto outer = merge(axes, tail_begin, run.begin);
   const auto reduce = merge(axes, run.begin, run.end);
   const auto inner = merge(axes, run.end, axes.size());
@@ -308,12 +337,23 @@ at::Tensor reduction_impl(
   }
   auto axes = axes_of(x, w, reduced);
   auto run = last_reduced_run(axes);
-  if (run.begin == run.end || !mergeable(axes, run.end, axes.size())) {
-    // Nothing to sum over (every reduced dim has size 1), or kept axes after the run that no view
-    // merges: contiguous copies, whose axes all merge.
-    x = x.contiguous();
-    w = w.contiguous();
-    axes = axes_of(x, w, reduced);
+  if (run.begin == run.end || !mergeable(axes, run.end, axes.size()) || small_calls_per_index(axes, run, x.is_cuda())) {
+    // Nothing to sum over (every reduced dim has size 1), kept axes after the run that no view
+    // merges, or a loop over batch indices with little to sum a call: copies with the kept dims
+    // first and the reduced ones last, contiguous, whose axes all merge into [outer, reduce].
+    std::vector<int64_t> order;
+    for (const bool summed : {false, true}) {
+      for (const auto d : c10::irange(ndim)) {
+        if (reduced[d] == summed) {
+          order.push_back(d);
+        }
+      }
+    }
+    std::vector<bool> kept_first(reduced.size());
+    std::transform(order.begin(), order.end(), kept_first.begin(), [&](int64_t d) { return reduced[d]; });
+    x = x.permute(order).contiguous();
+    w = w.permute(order).contiguous();
+    axes = axes_of(x, w, kept_first);
     run = last_reduced_run(axes);
   }
   if (run.begin == run.end) {

@@ -24,7 +24,7 @@
 //   dimension sums, and x.t() summed over its last dimension (see reduce_typed). Vectorized
 //   across inner, a chunk's rows added one after the other into sums that stay in the L1 cache.
 //   A weight broadcast over the rows (w of shape [C] over x of [R, C]) is one row, read from cache.
-// - Anything else: the same chunks and tree, one scalar term at a time.
+// - Anything else: contiguous copies of both views, which take one of the two.
 //
 // Threads: at::parallel_for is inline and parallel only where this file is compiled with OpenMP
 // (-fopenmp, as ATen is: cmake/CustomOpsCpuKernels.cmake adds it); any thread count, same bits.
@@ -508,16 +508,9 @@ void reduce_layout(at::Tensor input, at::Tensor weight, out_t* out) {
     };
     ws.reduce == 1 ? sum_rows(std::true_type{}) : sum_rows(std::false_type{});
   } else {
-    const auto sum_chunk = [&](int64_t o, int64_t r0, int64_t r1, int64_t i0, int64_t i1, acc* dst) {
-      std::fill(dst, dst + (i1 - i0), acc(0));
-      // Rows outermost: the order of the columns path, and the better one for a small inner stride.
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t i = i0; i < i1; ++i) {
-          dst[i - i0] += term<Term>(x[xs.at(o, r, i)], w[ws.at(o, r, i)]);
-        }
-      }
-    };
-    reduce_in_chunks<acc>(outer, reduce, inner, kSerialTerms, 1, out, sum_chunk);
+    // No vectorized path for these strides: contiguous copies take one (a copy costs a few scalar
+    // terms' time per element).
+    reduce_layout<Term, scalar_t>(input.contiguous(), weight.contiguous(), out);
   }
 }
 

@@ -101,6 +101,19 @@ def test_operands_broadcast_against_each_other(device, shapes, dtype):
     assert torch.equal(op(x, w, dim), first)  # the same bits run to run
 
 
+# Reduced dims split by a kept one: the frontend loops over the leading reduced dim's indices (one
+# [kept, reduced] sum each) where a call has enough terms, else it sums copies with the kept dims
+# first (reduction_frontend.cpp, small_calls_per_index). Both sides of the bound, on both devices.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_name)
+@pytest.mark.parametrize("x_shape", [(3, 30, 25), (3, 300, 256), (3, 1100, 1000)], ids=str)
+def test_reduced_dims_around_a_kept_one_loop_or_copy(device, x_shape, dtype):
+    x = make(x_shape, dtype, device, "transposed")
+    w = make(x_shape[1:], dtype, device)
+    for keepdim in (False, True):
+        assert_matches_exact(op(x, w, [0, 2], keepdim), x, w, [0, 2], keepdim)
+    assert torch.equal(op(x, w, [0, 2]), op(x, w, [0, 2]))
+
+
 @pytest.mark.parametrize("dtype", [None, torch.float32, torch.float64], ids=str)
 def test_a_wider_0_dim_weight_is_rounded_to_the_promoted_dtype_whatever_dtype_is(device, dtype):
     # result_type(float16 [n], float32 0-dim) is float16: the composite's `w * x.square()` rounds
