@@ -309,8 +309,9 @@ inline constexpr int64_t kPairsTile = 128;  // outputs of a block along i and al
 inline constexpr int64_t kPairsPer = 8;  // outputs of a thread along i and along j
 inline constexpr int64_t kPairsStep = 8;  // terms of each row a stage holds
 // Chunks shorter than this only for reductions that are shorter: a chunk's partials cost a
-// write and a read of every output.
-inline constexpr int64_t kPairsMinChunk = 512;
+// write and a read of every output. Chunks fill the GPU to kEnoughBlocks, not more: a block's
+// tile is a large share of an SM's work.
+inline constexpr int64_t kPairsMinChunk = 64;
 static_assert((kPairsTile / kPairsPer) * (kPairsTile / kPairsPer) == kThreads);
 static_assert(kMaxSerial % kPairsStep == 0);
 
@@ -329,7 +330,7 @@ inline PairsPlan plan_pairs(int64_t rows_i, int64_t rows_j, int64_t length) {
   plan.tiles_j = ceil_div(rows_j, kPairsTile);
   const int64_t min_chunks = ceil_div(length, kMaxSerial);
   const int64_t chunks =
-      pieces(plan.tiles_i * plan.tiles_j, length, min_chunks, kEnoughBlocks, kTargetBlocks, kPairsMinChunk);
+      pieces(plan.tiles_i * plan.tiles_j, length, min_chunks, kEnoughBlocks, kEnoughBlocks, kPairsMinChunk);
   plan.chunk_length = ceil_div(ceil_div(length, chunks), kPairsStep) * kPairsStep;
   plan.chunks = ceil_div(length, plan.chunk_length);  // no empty chunk
   // The second kernel adds at most kMaxSerial partials in series.

@@ -336,12 +336,14 @@ TEST(WeightedSquareSumPlan, PairsTileEveryOutputAndBoundTheSerialAdds) {
       EXPECT_LE(plan.chunks, sq::kMaxSerial);
     }
   }
-  // The outputs' tiles alone fill the GPU: one chunk where it holds the terms; else chunks of at
-  // least kPairsMinChunk terms fill it.
+  // The outputs' tiles alone fill the GPU: one chunk where it holds the terms; else chunks fill it
+  // to kEnoughBlocks, none shorter than kPairsMinChunk terms.
   EXPECT_EQ(sq::plan_pairs(4096, 4096, 256).chunks, 1);
   const auto few_tiles = sq::plan_pairs(1024, 1024, 4096);
-  EXPECT_EQ(few_tiles.chunks, 4096 / sq::kPairsMinChunk);
-  EXPECT_EQ(few_tiles.chunk_length, sq::kPairsMinChunk);
+  EXPECT_EQ(few_tiles.tiles_i * few_tiles.tiles_j * few_tiles.chunks, sq::kEnoughBlocks);
+  const auto two_tiles = sq::plan_pairs(67, 129, 513);
+  EXPECT_EQ(two_tiles.chunks, 513 / sq::kPairsMinChunk);
+  EXPECT_GE(two_tiles.chunk_length, sq::kPairsMinChunk);
   EXPECT_FALSE(sq::plan_pairs(8, 8, sq::kMaxSerial * sq::kMaxSerial + 1).fits);
   // The j tiles are the grid's y, which has at most 65535 blocks.
   EXPECT_TRUE(sq::plan_pairs(8, sq::kPairsTile * sq::kMaxGridY, 8).fits);
