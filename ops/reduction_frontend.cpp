@@ -2,6 +2,7 @@
 #include "reduction_frontend.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -116,6 +117,37 @@ Run last_reduced_run(const std::vector<Axis>& axes) {
     --begin;
   }
   return {begin, end};
+}
+
+// The dims in the order the loops take them: the kept dims in their order (the result's), with the
+// reduced dims, in theirs, before the kept dims that are innermost in memory (a stride, the larger
+// of the two operands', below every reduced dim's). The kept dims after the reduced ones become the
+// loop's inner dim (columns, contiguous where memory has them), those before it its outer one: a
+// channels-last sum over N, H and W, or a transposed input summed along its memory rows, is one
+// run of reduced dims next to a contiguous one, whatever the dims' order.
+std::vector<int64_t> loop_order(const at::Tensor& x, const at::Tensor& w, const std::vector<bool>& reduced) {
+  const auto stride = [&](int64_t d) { return std::max(x.stride(d), w.stride(d)); };
+  int64_t reduced_stride = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> kept;
+  for (const auto d : c10::irange(x.dim())) {
+    if (!reduced[d]) {
+      kept.push_back(d);
+    } else if (x.size(d) != 1) {
+      reduced_stride = std::min(reduced_stride, stride(d));
+    }
+  }
+  auto split = kept.size();
+  while (split > 0 && (x.size(kept[split - 1]) == 1 || stride(kept[split - 1]) < reduced_stride)) {
+    --split;
+  }
+  std::vector<int64_t> order(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(split));
+  for (const auto d : c10::irange(x.dim())) {
+    if (reduced[d]) {
+      order.push_back(d);
+    }
+  }
+  order.insert(order.end(), kept.begin() + static_cast<std::ptrdiff_t>(split), kept.end());
+  return order;
 }
 
 // Where the axes before the run that merge with it begin: they form `outer`; the axes before
@@ -301,7 +333,7 @@ at::Tensor reduction_impl(
   const auto result = checked_result_dtype(input, weight, dtype, op);
   const auto shape = broadcast_shape(input, "input", weight, "weight", op);
   const auto ndim = static_cast<int64_t>(shape.size());
-  const auto reduced = reduced_dims(dim, ndim, op);
+  auto reduced = reduced_dims(dim, ndim, op);
   c10::SymDimVector out_shape;
   for (const auto d : c10::irange(ndim)) {
     if (!reduced[d]) {
@@ -334,6 +366,14 @@ at::Tensor reduction_impl(
   if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) {
     out.zero_();  // an empty reduction (an empty kept dim made out empty above)
     return out;
+  }
+  {
+    const auto order = loop_order(x, w, reduced);
+    x = x.permute(order);
+    w = w.permute(order);
+    std::vector<bool> permuted(reduced.size());
+    std::transform(order.begin(), order.end(), permuted.begin(), [&](int64_t d) { return reduced[d]; });
+    reduced = std::move(permuted);
   }
   auto axes = axes_of(x, w, reduced);
   auto run = last_reduced_run(axes);

@@ -114,6 +114,28 @@ def test_reduced_dims_around_a_kept_one_loop_or_copy(device, x_shape, dtype):
     assert torch.equal(op(x, w, [0, 2]), op(x, w, [0, 2]))
 
 
+# Kept dims innermost in memory but not last in the dims' order: the loops take the reduced dims
+# before them (reduction_frontend.cpp, loop_order), as one run next to contiguous columns.
+MEMORY_ORDER_CASES = [
+    ((6, 40, 9, 11), "channels_last", (40, 1, 1), [0, 2, 3]),  # per-channel sums
+    ((300, 70), "transposed", (300, 70), [0]),  # summed along the rows of memory
+    ((5, 30, 17), "transposed", (), [2]),  # the kept dim 30 is contiguous: columns
+    ((4, 33, 20), "permuted", (33, 1), [0, 1]),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_name)
+@pytest.mark.parametrize("case", MEMORY_ORDER_CASES, ids=str)
+def test_kept_dims_innermost_in_memory_are_the_loops_columns(device, case, dtype):
+    x_shape, kind, w_shape, dim = case
+    x, w = make(x_shape, dtype, device, kind), make(w_shape, dtype, device)
+    if kind == "transposed" and w.dim() == x.dim():
+        w = make(x_shape, dtype, device, kind)
+    for keepdim in (False, True):
+        assert_matches_exact(op(x, w, dim, keepdim), x, w, dim, keepdim)
+    assert torch.equal(op(x, w, dim), op(x, w, dim))
+
+
 @pytest.mark.parametrize("dtype", [None, torch.float32, torch.float64], ids=str)
 def test_a_wider_0_dim_weight_is_rounded_to_the_promoted_dtype_whatever_dtype_is(device, dtype):
     # result_type(float16 [n], float32 0-dim) is float16: the composite's `w * x.square()` rounds
