@@ -255,7 +255,12 @@ inline Plan plan_reduction(Problem p) {
   const auto& ws = p.weight_strides;
   const int64_t v = p.vector;
 
-  if (p.inner == 1 && xs[1] == 1 && (plan.weight_fixed || ws[1] == 1) && p.reduce >= kWarp * v) {
+  // Rows shorter than a warp's loads run across outer on Tiles, a thread a column group, unless
+  // those are too few for the blocks that fill the GPU (x [2048, 128] of bfloat16: 8 blocks): then
+  // a warp a row, part of its lanes idle, is the faster.
+  const bool rows_layout = p.inner == 1 && xs[1] == 1 && (plan.weight_fixed || ws[1] == 1);
+  if (rows_layout &&
+      (p.reduce >= kWarp * v || plan_tiles(p.outer, p.reduce, 1, xs, ws, v, true).tiles() < kEnoughBlocks)) {
     plan.layout = Layout::Rows;
     auto& r = plan.rows;
     r = {p.outer, p.reduce, xs[0], ws[0]};

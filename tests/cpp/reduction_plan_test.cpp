@@ -158,6 +158,14 @@ TEST(WeightedSquareSumPlan, ShortOrTransposedRowsRunAcrossOuter) {
   EXPECT_TRUE(short_rows.tiles.transposed);
   EXPECT_EQ(short_rows.tiles.inner, 1 << 20);
   expect_tiles_sound(short_rows.tiles);
+  // Too few of them for the transposed tiles to fill the GPU: a warp a row.
+  for (const int64_t vector : {2, 4, 8}) {
+    const auto few = sq::plan_reduction(contiguous(2048, 128, 1, vector));
+    ASSERT_EQ(few.layout, sq::Layout::Rows) << vector;
+    EXPECT_EQ(few.rows.rows, 2048);
+    EXPECT_EQ(few.rows.splits, 1);
+    EXPECT_GE(few.rows.segment, few.rows.length);
+  }
   // x.t() of a contiguous [16, 2^17] summed over its last dim: the reduced dim is the strided one.
   sq::Problem transposed = contiguous(1 << 17, 16, 1, 4);
   transposed.input_strides = {1, 1 << 17, 0};

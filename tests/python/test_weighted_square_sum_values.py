@@ -114,13 +114,25 @@ def test_reduced_dims_around_a_kept_one_loop_or_copy(device, x_shape, dtype):
     assert torch.equal(op(x, w, [0, 2]), op(x, w, [0, 2]))
 
 
+# Rows shorter than a warp's 16-byte loads of 16-bit values, too few of them for the CUDA columns
+# plan to fill the GPU: a warp a row (reduction_plan.h). Each weight layout, sums and totals.
+@pytest.mark.parametrize("dtype", [*LOW_PRECISION, torch.float32], ids=dtype_name)
+@pytest.mark.parametrize("w_shape", [(), (128,), (2048, 1), (2048, 128)], ids=str)
+def test_few_short_rows(device, w_shape, dtype):
+    # x small: a 0-dim weight's total of 2^18 terms of one sign stays within float16's range.
+    x, w = make((2048, 128), dtype, device).mul_(0.125), make(w_shape, dtype, device)
+    for dim in ([1], None):
+        assert_matches_exact(op(x, w, dim), x, w, dim)
+    assert torch.equal(op(x, w, [1]), op(x, w, [1]))
+
+
 # Kept dims innermost in memory but not last in the dims' order: the loops take the reduced dims
 # before them (reduction_frontend.cpp, loop_order), as one run next to contiguous columns.
 MEMORY_ORDER_CASES = [
     ((6, 40, 9, 11), "channels_last", (40, 1, 1), [0, 2, 3]),  # per-channel sums
     ((300, 70), "transposed", (300, 70), [0]),  # summed along the rows of memory
-    ((5, 30, 17), "transposed", (), [2]),  # the kept dim 30 is contiguous: columns
-    ((4, 33, 20), "permuted", (33, 1), [0, 1]),
+    ((5, 30, 17), "transposed", (), [2]),  # dims reversed in memory: both kept ones inner
+    ((4, 33, 20, 6), "permuted", (33, 1, 1), [0, 1]),  # the middle dims swapped in memory
 ]
 
 
