@@ -150,6 +150,28 @@ std::vector<int64_t> loop_order(const at::Tensor& x, const at::Tensor& w, const 
   return order;
 }
 
+// The dims with the reduced ones last, each group in its order.
+std::vector<int64_t> kept_first(const std::vector<bool>& reduced) {
+  std::vector<int64_t> order;
+  for (const bool summed : {false, true}) {
+    for (const auto d : c10::irange(static_cast<int64_t>(reduced.size()))) {
+      if (reduced[d] == summed) {
+        order.push_back(d);
+      }
+    }
+  }
+  return order;
+}
+
+// x, w and the reduced flags, their dims in `order` (views).
+void permute_dims(at::Tensor& x, at::Tensor& w, std::vector<bool>& reduced, const std::vector<int64_t>& order) {
+  x = x.permute(order);
+  w = w.permute(order);
+  std::vector<bool> permuted(reduced.size());
+  std::transform(order.begin(), order.end(), permuted.begin(), [&](int64_t d) { return reduced[d]; });
+  reduced = std::move(permuted);
+}
+
 // Where the axes before the run that merge with it begin: they form `outer`; the axes before
 // them are batch axes, one loop call per index.
 size_t outer_begin(const std::vector<Axis>& axes, Run run) {
@@ -367,33 +389,17 @@ at::Tensor reduction_impl(
     out.zero_();  // an empty reduction (an empty kept dim made out empty above)
     return out;
   }
-  {
-    const auto order = loop_order(x, w, reduced);
-    x = x.permute(order);
-    w = w.permute(order);
-    std::vector<bool> permuted(reduced.size());
-    std::transform(order.begin(), order.end(), permuted.begin(), [&](int64_t d) { return reduced[d]; });
-    reduced = std::move(permuted);
-  }
+  permute_dims(x, w, reduced, loop_order(x, w, reduced));
   auto axes = axes_of(x, w, reduced);
   auto run = last_reduced_run(axes);
   if (run.begin == run.end || !mergeable(axes, run.end, axes.size()) || small_calls_per_index(axes, run, x.is_cuda())) {
     // Nothing to sum over (every reduced dim has size 1), kept axes after the run that no view
     // merges, or a loop over batch indices with little to sum a call: copies with the kept dims
     // first and the reduced ones last, contiguous, whose axes all merge into [outer, reduce].
-    std::vector<int64_t> order;
-    for (const bool summed : {false, true}) {
-      for (const auto d : c10::irange(ndim)) {
-        if (reduced[d] == summed) {
-          order.push_back(d);
-        }
-      }
-    }
-    std::vector<bool> kept_first(reduced.size());
-    std::transform(order.begin(), order.end(), kept_first.begin(), [&](int64_t d) { return reduced[d]; });
-    x = x.permute(order).contiguous();
-    w = w.permute(order).contiguous();
-    axes = axes_of(x, w, kept_first);
+    permute_dims(x, w, reduced, kept_first(reduced));
+    x = x.contiguous();
+    w = w.contiguous();
+    axes = axes_of(x, w, reduced);
     run = last_reduced_run(axes);
   }
   if (run.begin == run.end) {

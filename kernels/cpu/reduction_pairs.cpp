@@ -76,10 +76,15 @@ void pack(
     int64_t run,
     int64_t pitch,
     acc* packed) {
-  for (int64_t r = 0; r < pitch; ++r) {
+  for (int64_t r = 0; r < count; ++r) {
     const scalar_t* const row = src + r * stride + k0 * k_stride;
     for (int64_t k = 0; k < run; ++k) {
-      packed[k * pitch + r] = r < count ? static_cast<acc>(row[k * k_stride]) : acc(0);
+      packed[k * pitch + r] = static_cast<acc>(row[k * k_stride]);
+    }
+  }
+  for (int64_t r = count; r < pitch; ++r) {
+    for (int64_t k = 0; k < run; ++k) {
+      packed[k * pitch + r] = acc(0);
     }
   }
 }
