@@ -150,19 +150,6 @@ std::vector<int64_t> loop_order(const at::Tensor& x, const at::Tensor& w, const 
   return order;
 }
 
-// The dims with the reduced ones last, each group in its order.
-std::vector<int64_t> kept_first(const std::vector<bool>& reduced) {
-  std::vector<int64_t> order;
-  for (const bool summed : {false, true}) {
-    for (const auto d : c10::irange(static_cast<int64_t>(reduced.size()))) {
-      if (reduced[d] == summed) {
-        order.push_back(d);
-      }
-    }
-  }
-  return order;
-}
-
 // x, w and the reduced flags, their dims in `order` (views).
 void permute_dims(at::Tensor& x, at::Tensor& w, std::vector<bool>& reduced, const std::vector<int64_t>& order) {
   x = x.permute(order);
@@ -394,9 +381,8 @@ at::Tensor reduction_impl(
   auto run = last_reduced_run(axes);
   if (run.begin == run.end || !mergeable(axes, run.end, axes.size()) || small_calls_per_index(axes, run, x.is_cuda())) {
     // Nothing to sum over (every reduced dim has size 1), kept axes after the run that no view
-    // merges, or a loop over batch indices with little to sum a call: copies with the kept dims
-    // first and the reduced ones last, contiguous, whose axes all merge into [outer, reduce].
-    permute_dims(x, w, reduced, kept_first(reduced));
+    // merges, or a loop over batch indices with little to sum a call: contiguous copies, in the
+    // loop order (the reduced dims together), whose axes all merge into [outer, reduce, inner].
     x = x.contiguous();
     w = w.contiguous();
     axes = axes_of(x, w, reduced);
