@@ -148,9 +148,10 @@ void forward_streaming_rows(char** base, const int64_t* strides, int64_t size0, 
 }
 
 // An input that runs down the output's columns (x.t() against a row-major out), from its byte
-// strides in a 2-D loop: unit stride from row to row (outer), any other along a row (inner).
+// strides in a 2-D loop: unit stride from row to row (outer), any other along a row (inner) but
+// 0: one value per row (x [N, 1] over [N, C]) is a broadcast the vector loops take as it is.
 bool runs_across(int64_t inner, int64_t outer, int64_t width) {
-  return outer == width && inner != width;
+  return outer == width && inner != width && inner != 0;
 }
 
 // The forward for iterators with such an input. Row by row, each of its elements would sit on
