@@ -117,6 +117,26 @@ TEST_F(WeightedSquareSumValues, InputBroadcastAgainstAWeightOfMoreDims) {
   }
 }
 
+// Each operand's row depends on one kept dim alone (x [N, 1, D] with w [1, M, D]): the pairs loops
+// (kernels/cpu/reduction_pairs.cpp), with tiles off their sizes, runs past 128 terms, and the
+// input's row by either dim. Under the sanitizers too (make sanitize).
+TEST_F(WeightedSquareSumValues, OperandsThatBroadcastAgainstEachOther) {
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{70, 1, 130}, {1, 67, 130}}, {{1, 300, 9}, {5, 1, 9}}, {{3, 1, 2}, {1, 2, 2}}};
+  for (const auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
+    for (const auto& [x_shape, w_shape] : shapes) {
+      SCOPED_TRACE(c10::toString(dtype) + (" input " + c10::str(at::IntArrayRef(x_shape))));
+      const auto x = random(x_shape, dtype);
+      const auto w = random(w_shape, dtype);
+      for (const auto& dim : std::vector<std::optional<Shape>>{Shape{-1}, Shape{0, 2}, std::nullopt}) {
+        const Reduction r{dim, false};
+        SCOPED_TRACE(r.str());
+        EXPECT_TRUE(IsWeightedSquareSumOf(weighted_square_sum(x, w, r), x, w, r));
+      }
+    }
+  }
+}
+
 TEST_F(WeightedSquareSumValues, NonContiguousAndMisalignedOperands) {
   using custom_ops_test::offset_by_one;
   using custom_ops_test::sliced_with_step;
