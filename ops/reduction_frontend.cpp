@@ -169,12 +169,18 @@ size_t outer_begin(const std::vector<Axis>& axes, Run run) {
   return begin;
 }
 
-// Whether one operand is constant along the batch axes (merged into one) and the other along outer
-// (x [N, 1, D] with w [1, M, D]): a device's pairs loop takes every batch index in one call.
-bool pairs_layout(const Merged& batch, const Merged& outer) {
+// Whether the batch axes [0, begin) merge into one along which one operand is constant, the other
+// being constant along outer [begin, run.begin), with nothing kept after the run (x [N, 1, D] with
+// w [1, M, D]): a device's pairs loop takes every batch index in one call.
+bool pairs_problem(const std::vector<Axis>& axes, Run run, size_t begin) {
+  if (begin == 0 || run.end != axes.size() || !mergeable(axes, 0, begin)) {
+    return false;
+  }
+  const auto batch = merge(axes, 0, begin);
+  const auto outer = merge(axes, begin, run.begin);
   const bool input_by_batch = outer.input_stride == 0 && batch.weight_stride == 0;
   const bool input_by_outer = batch.input_stride == 0 && outer.weight_stride == 0;
-  return batch.size > 1 && (input_by_batch || input_by_outer);
+  return input_by_batch || input_by_outer;
 }
 
 // Terms a loop call should have at least for its fixed cost (dispatch, threads or a launch) to be
@@ -186,9 +192,7 @@ constexpr int64_t kCudaCallTerms = int64_t{1} << 20;
 // takes them.
 bool small_calls_per_index(const std::vector<Axis>& axes, Run run, bool cuda) {
   const size_t begin = outer_begin(axes, run);
-  if (begin == 0 ||
-      (run.end == axes.size() && mergeable(axes, 0, begin) &&
-       pairs_layout(merge(axes, 0, begin), merge(axes, begin, run.begin)))) {
+  if (begin == 0 || pairs_problem(axes, run, begin)) {
     return false;
   }
   return merge(axes, begin, axes.size()).size < (cuda ? kCudaCallTerms : kCpuCallTerms);
@@ -225,8 +229,8 @@ at::Tensor sum_leftover(const at::Tensor& partial, const std::vector<int64_t>& l
   return rows;
 }
 
-// Where the batch axes and outer are a pairs layout, with nothing kept after the run: the device's
-// pairs loop, one call for every batch index, if it has one and a plan for the sizes.
+// A pairs problem (pairs_problem): the device's pairs loop, one call for every batch index, if it
+// has one and a plan for the sizes.
 bool reduce_pairs(
     const ReductionKernel& kernel,
     const at::Tensor& x,
@@ -235,7 +239,7 @@ bool reduce_pairs(
     const Merged& outer,
     const Merged& reduce,
     const at::Tensor& partial) {
-  if (kernel.loops.reduce_pairs == nullptr || !pairs_layout(batch, outer)) {
+  if (kernel.loops.reduce_pairs == nullptr) {
     return false;
   }
   const auto view = [&](const at::Tensor& t, int64_t batch_stride, int64_t outer_stride, int64_t reduce_stride) {
@@ -301,7 +305,7 @@ void reduce_into(
     const auto [input, weight] = views_at(x.storage_offset(), w.storage_offset());
     kernel.loops.reduce({.out = partial, .input = input, .weight = weight, .total = true, .name = kernel.name});
   } else if (
-      inner.size != 1 || !mergeable(axes, 0, tail_begin) ||
+      !pairs_problem(axes, run, tail_begin) ||
       !reduce_pairs(kernel, x, w, merge(axes, 0, tail_begin), outer, reduce, partial)) {
     int64_t batches = 1;
     for (size_t a = 0; a < tail_begin; ++a) {
